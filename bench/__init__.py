@@ -1,0 +1,1 @@
+"""Benchmark zoo and scripts."""

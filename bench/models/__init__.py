@@ -1,0 +1,1 @@
+"""Example models used by the benchmarks and end-to-end tests."""

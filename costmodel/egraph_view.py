@@ -1,0 +1,100 @@
+"""The serialized e-graph as plain Python: term e-classes with shapes, dtypes and decoded nodes.
+
+Extraction runs here rather than inside egglog, whose extractor does not survive real models
+(see shared/notes). Analysis tables and primitive values are folded into the term nodes.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from egglog import EGraph
+
+TERM_PREFIX = "Term."
+ANALYSES = frozenset(["shape", "dtype", "output", "positive", "weight_lo", "weight_hi"])
+
+
+@dataclass(frozen=True)
+class ENode:
+    """One term node: `op` is the constructor name; `attrs` its non-term arguments in order
+    (strings, ints, floats, int tuples); `children` the e-classes of its term arguments in order
+    (a Vec[Term] argument is flattened in place)."""
+
+    id: str
+    op: str
+    eclass: str
+    attrs: tuple
+    children: tuple[str, ...]
+
+
+@dataclass
+class EClass:
+    id: str
+    shape: tuple[int, ...] = ()
+    dtype: str = ""
+    nodes: list[ENode] = field(default_factory=list)
+
+
+@dataclass
+class EGraphView:
+    classes: dict[str, EClass]
+    roots: list[str]
+
+    @property
+    def enode_count(self) -> int:
+        return sum(len(c.nodes) for c in self.classes.values())
+
+
+def _primitive(op: str, type_name: str):
+    if type_name == "String":
+        return json.loads(op)
+    if type_name == "i64":
+        return int(op)
+    if type_name == "f64":
+        return float(op)
+    raise ValueError(f"unexpected primitive {type_name}: {op}")
+
+
+def view_egraph(egraph: EGraph) -> EGraphView:
+    """Serialize `egraph` (extraction-gym JSON) and decode its term e-classes."""
+    data = json.loads(egraph._serialize(split_primitive_outputs=False).to_json())
+    nodes, class_types = data["nodes"], {k: v["type"] for k, v in data["class_data"].items()}
+
+    def is_term_class(cid: str) -> bool:
+        return class_types[cid].endswith(".Term") and "Vec[" not in class_types[cid]
+
+    def value(node_id: str):
+        """A primitive argument: scalar, or a tuple for a Vec[i64]."""
+        node = nodes[node_id]
+        type_name = class_types[node["eclass"]]
+        if type_name.startswith("egglog.builtins.Vec"):
+            return tuple(value(c) for c in node["children"])
+        return _primitive(node["op"], type_name.rsplit(".", 1)[-1])
+
+    classes: dict[str, EClass] = {}
+    roots: dict[int, str] = {}
+    for node_id, node in nodes.items():
+        op = node["op"]
+        if op.startswith(TERM_PREFIX):
+            attrs, children = [], []
+            for child in node["children"]:
+                child_class = nodes[child]["eclass"]
+                if is_term_class(child_class):
+                    children.append(child_class)
+                elif class_types[child_class].endswith(".Term]"):  # Vec[Term]
+                    children.extend(nodes[c]["eclass"] for c in nodes[child]["children"])
+                else:
+                    attrs.append(value(child))
+            cid = node["eclass"]
+            classes.setdefault(cid, EClass(cid)).nodes.append(
+                ENode(node_id, op[len(TERM_PREFIX):], cid, tuple(attrs), tuple(children)))
+    # An analysis value's class holds the analysis nodes plus the one primitive node of the value.
+    value_nodes = {n["eclass"]: node_id for node_id, n in nodes.items() if n["op"] not in ANALYSES}
+    for node in nodes.values():
+        if node["op"] in ("shape", "dtype") and node["children"]:
+            cid = nodes[node["children"][0]]["eclass"]
+            if cid in classes:
+                setattr(classes[cid], node["op"], value(value_nodes[node["eclass"]]))
+        elif node["op"] == "output":
+            roots[int(nodes[node["children"][0]]["op"])] = node["eclass"]
+    return EGraphView(classes, [roots[i] for i in range(len(roots))])

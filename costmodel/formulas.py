@@ -1,0 +1,187 @@
+"""Closed-form cost formulas of the OPTU model (DESIGN.md "Cost model"): pure functions, no JAX.
+
+Times are seconds, energies joules, sizes bytes. Every function takes a `HardwareProfile` and plain
+numbers, so extraction, lowering and the lower-bound computation all price work identically.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from costmodel.profile import HardwareProfile
+
+BOUNDS = ("weight_load", "optical", "vector", "memory", "launch")
+
+_DTYPE_BYTES = {
+    "bool": 1,
+    "int4": 1,  # assumption: stored unpacked, one per byte; overestimates traffic at most 2x
+    "uint4": 1,
+    "int8": 1,
+    "uint8": 1,
+    "float8_e4m3fn": 1,
+    "float8_e4m3fnuz": 1,
+    "float8_e4m3b11fnuz": 1,
+    "float8_e5m2": 1,
+    "float8_e5m2fnuz": 1,
+    "int16": 2,
+    "uint16": 2,
+    "float16": 2,
+    "bfloat16": 2,
+    "int32": 4,
+    "uint32": 4,
+    "float32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "float64": 8,
+    "complex64": 8,
+    "complex128": 16,
+}
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Cost of a kernel or a whole program, as reported on the wire."""
+
+    time_s: float
+    energy_j: float
+    hbm_bytes: float
+    flops: float
+    bound: str
+
+    def __post_init__(self) -> None:
+        if self.bound not in BOUNDS:
+            raise ValueError(f"bound must be one of {BOUNDS}, got {self.bound!r}")
+
+    def to_dict(self) -> dict[str, float | str]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class GemmCost:
+    """Cost of a weight-stationary GEMM on the optical cores, with its tiling for reports."""
+
+    tiles: int  # weight tiles per batch element: k_splits * ceil(n / R)
+    k_splits: int  # ceil(k / C): partial sums that each need their own ADC pass
+    weight_loads: int  # tiles programmed in total: batch * tiles
+    passes: int  # optical clock cycles summed over cores: weight_loads * rows streamed per load
+    time_s: float
+    energy_j: float
+    flops: float
+    bound: str  # "weight_load" or "optical"
+
+    def tiling(self) -> dict[str, int]:
+        return {
+            "tiles": self.tiles,
+            "k_splits": self.k_splits,
+            "weight_loads": self.weight_loads,
+            "passes": self.passes,
+        }
+
+
+def _check_dims(**dims: int) -> None:
+    for name, value in dims.items():
+        if value < 0:
+            raise ValueError(f"{name} must be >= 0, got {value}")
+
+
+def gemm_cost(p: HardwareProfile, m: int, k: int, n: int, batch: int = 1) -> GemmCost:
+    """(m x k) @ (k x n), `batch` times, with the (k x n) operand held as the stationary weight."""
+    _check_dims(m=m, k=k, n=n, batch=batch)
+    g = p.gemm
+    k_splits = math.ceil(k / g.cols)
+    n_blocks = math.ceil(n / g.rows)
+    tiles = k_splits * n_blocks
+    if m == 0 or tiles == 0 or batch == 0:  # empty operand: nothing is loaded or streamed
+        return GemmCost(tiles, k_splits, 0, 0, 0.0, 0.0, 0.0, "optical")
+    weight_loads = batch * tiles
+    load_part = g.weight_load_s * (1.0 - g.weight_load_overlap)
+    stream_part = max(m, 1) / g.clock_hz  # a pass over the rows takes at least one clock
+    time_s = weight_loads * (load_part + stream_part) / g.cores
+    energy_j = (
+        weight_loads * g.rows * g.cols * g.weight_cell_energy_j
+        + batch * m * k * n_blocks * g.dac_energy_j  # each input row is encoded once per N block
+        + batch * m * n * k_splits * g.adc_energy_j  # each K split reads out its own partial sum
+        + g.laser_power_w * time_s
+    )
+    return GemmCost(
+        tiles=tiles,
+        k_splits=k_splits,
+        weight_loads=weight_loads,
+        passes=weight_loads * max(m, 1),
+        time_s=time_s,
+        energy_j=energy_j,
+        flops=2.0 * m * k * n * batch,
+        bound="weight_load" if load_part > stream_part else "optical",
+    )
+
+
+def vector_cost(
+    p: HardwareProfile, op_counts: dict[str, float], sram_bytes: float
+) -> tuple[float, float, float]:
+    """(time_s, energy_j, flops) of elementwise/reduction work: `op_counts` maps op -> elements."""
+    if sram_bytes < 0:
+        raise ValueError(f"sram_bytes must be >= 0, got {sram_bytes}")
+    v, mem = p.vector, p.memory
+    flops = 0.0
+    for op, count in op_counts.items():
+        if count < 0:
+            raise ValueError(f"element count for {op!r} must be >= 0, got {count}")
+        flops += count * v.weight(op)
+    time_s = max(flops / v.flops_per_s, sram_bytes / mem.sram_bw_bytes_per_s)
+    energy_j = flops * v.energy_per_flop_j + sram_bytes * mem.sram_energy_per_byte_j
+    return time_s, energy_j, flops
+
+
+def kernel_estimate(
+    p: HardwareProfile,
+    compute_time_s: float,
+    compute_energy_j: float,
+    flops: float,
+    hbm_bytes: float,
+    compute_bound: str,
+) -> Estimate:
+    """One kernel: compute overlaps its HBM traffic; the launch overhead is paid on top."""
+    if compute_bound not in BOUNDS:
+        raise ValueError(f"compute_bound must be one of {BOUNDS}, got {compute_bound!r}")
+    if min(compute_time_s, compute_energy_j, flops, hbm_bytes) < 0:
+        raise ValueError("kernel times, energies, flops and bytes must be >= 0")
+    hbm_time_s = hbm_bytes / p.memory.hbm_bw_bytes_per_s
+    launch_s = p.kernel.launch_overhead_s
+    if launch_s > compute_time_s and launch_s > hbm_time_s:
+        bound = "launch"
+    elif hbm_time_s > compute_time_s:
+        bound = "memory"
+    else:
+        bound = compute_bound
+    return Estimate(
+        time_s=max(compute_time_s, hbm_time_s) + launch_s,
+        energy_j=compute_energy_j + hbm_bytes * p.memory.hbm_energy_per_byte_j,
+        hbm_bytes=hbm_bytes,
+        flops=flops,
+        bound=bound,
+    )
+
+
+def sum_estimates(parts: list[Estimate]) -> Estimate:
+    """Kernels run one after another: totals add; the bound is that of the slowest part.
+
+    An empty program costs nothing and is reported as launch-bound (there is nothing else to be).
+    """
+    if not parts:
+        return Estimate(0.0, 0.0, 0.0, 0.0, "launch")
+    return Estimate(
+        time_s=sum(e.time_s for e in parts),
+        energy_j=sum(e.energy_j for e in parts),
+        hbm_bytes=sum(e.hbm_bytes for e in parts),
+        flops=sum(e.flops for e in parts),
+        bound=max(parts, key=lambda e: e.time_s).bound,
+    )
+
+
+def dtype_bytes(dtype: str) -> int:
+    """Bytes per element of a wire dtype string; unknown dtypes are an error, never a guess."""
+    try:
+        return _DTYPE_BYTES[dtype]
+    except KeyError:
+        raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(sorted(_DTYPE_BYTES))}") from None

@@ -1,0 +1,97 @@
+"""Compute cost of one wire-level equation on a HardwareProfile: which unit runs it and for how long.
+
+Extraction prices e-nodes by turning them into equations first, so the e-graph search and the
+kernel estimates use the same numbers.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from costmodel.formulas import dtype_bytes, gemm_cost, vector_cost
+from costmodel.profile import HardwareProfile
+
+Aval = tuple[tuple[int, ...], str]  # (shape, dtype)
+
+# Metadata-only ops: a kernel reads their input through a different index map, no data moves.
+FREE_OPS = frozenset(["reshape", "squeeze", "expand_dims", "broadcast_in_dim", "bitcast_convert_type"])
+# Ops that only move data (priced by the bytes they touch on the vector unit's SRAM port).
+MOVE_OPS = frozenset(["transpose", "concatenate", "slice", "pad", "rev", "dynamic_slice",
+                      "dynamic_update_slice", "gather", "copy", "copy_p"])
+# Everything the vector unit runs per element (reductions count input elements).
+VECTOR_OPS = frozenset(
+    "neg exp exp2 log log1p expm1 tanh logistic sin cos tan sqrt rsqrt cbrt abs sign floor ceil "
+    "erf erfc erf_inv not is_finite square reciprocal add sub mul div max min pow rem atan2 nextafter "
+    "eq ne lt le gt ge and or xor select_n integer_pow convert_element_type reduce_sum reduce_max "
+    "reduce_min reduce_prod argmax argmin clamp round cumsum cumprod cummax cummin cumlogsumexp "
+    "reduce_precision iota".split())
+GEMM_OPS = frozenset(["dot_general", "conv_general_dilated"])
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """kind: gemm | vector | free | host. `tiling` is set for GEMMs."""
+
+    kind: str
+    time_s: float
+    energy_j: float
+    flops: float
+    bound: str
+    tiling: dict[str, int] = field(default_factory=dict)
+
+
+def nbytes(aval: Aval) -> int:
+    shape, dtype = aval
+    return math.prod(shape) * dtype_bytes(dtype)
+
+
+def _prod(shape, dims) -> int:
+    return math.prod(shape[d] for d in dims)
+
+
+def gemm_dims(op: str, params: dict[str, Any], ins: list[Aval], out: Aval) -> tuple[int, int, int, int]:
+    """(m, k, n, batch) of a dot_general, or of a convolution seen as an implicit GEMM."""
+    if op == "dot_general":
+        (lc, rc), (lb, rb) = params["dimension_numbers"]
+        (ls, _), (rs, _) = ins[0], ins[1]
+        k, batch = _prod(ls, lc), _prod(ls, lb)
+        m = math.prod(ls) // max(1, k * batch)
+        n = math.prod(rs) // max(1, _prod(rs, rc) * _prod(rs, rb))
+        return m, k, n, batch
+    rhs_shape, out_shape = ins[1][0], out[0]
+    rhs_spec = params["dimension_numbers"]["fields"]["rhs_spec"]
+    groups = int(params.get("feature_group_count") or 1)
+    out_features = rhs_shape[rhs_spec[0]]
+    k = math.prod(rhs_shape) // max(1, out_features)  # in-features per group x window
+    m = math.prod(out_shape) // max(1, out_features)
+    return m, k, out_features // groups, groups
+
+
+def op_cost(p: HardwareProfile, op: str, params: dict[str, Any], ins: list[Aval], out: Aval) -> OpCost:
+    if op in GEMM_OPS:
+        try:
+            m, k, n, batch = gemm_dims(op, params, ins, out)
+        except (KeyError, TypeError, IndexError, ValueError):
+            return _host(p, ins, out)  # unusual params: price it like an opaque op
+        # Weight-stationary either way round: the compiler programs whichever operand pays less.
+        g = min((gemm_cost(p, m, k, n, batch), gemm_cost(p, n, k, m, batch)), key=lambda c: c.time_s)
+        return OpCost("gemm", g.time_s, g.energy_j, g.flops, g.bound, g.tiling())
+    if op in FREE_OPS:
+        return OpCost("free", 0.0, 0.0, 0.0, "vector")
+    touched = sum(nbytes(a) for a in ins) + nbytes(out)
+    if op in MOVE_OPS:
+        t, e, _ = vector_cost(p, {}, touched)
+        return OpCost("vector", t, e, 0.0, "vector")
+    if op in VECTOR_OPS:
+        elements = max([math.prod(out[0])] + [math.prod(s) for s, _ in ins])
+        t, e, flops = vector_cost(p, {op: elements}, touched)
+        return OpCost("vector", t, e, flops, "vector")
+    return _host(p, ins, out)
+
+
+def _host(p: HardwareProfile, ins: list[Aval], out: Aval) -> OpCost:
+    """An op the model does not know runs on the host: priced by its HBM traffic alone."""
+    moved = sum(nbytes(a) for a in ins) + nbytes(out)
+    return OpCost("host", moved / p.memory.hbm_bw_bytes_per_s, moved * p.memory.hbm_energy_per_byte_j,
+                  0.0, "memory")

@@ -1,0 +1,200 @@
+"""`HardwareProfile`: a validated, frozen description of a target, loaded from costmodel/profiles/*.toml.
+
+Every error a user can cause (missing file, bad TOML, missing/unknown/out-of-range field, unknown
+override) is a `ProfileError` whose message names the file or source and the dotted field.
+"""
+
+from __future__ import annotations
+
+import functools
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+PROFILES_DIR = Path(__file__).parent / "profiles"
+
+# Rates, sizes and clocks must be strictly positive (they divide); energies and latencies may be 0
+# so a profile can switch a term off (e.g. a host with no laser), but never go negative.
+Positive = Annotated[float, Field(gt=0)]
+NonNegative = Annotated[float, Field(ge=0)]
+Count = Annotated[int, Field(gt=0)]
+
+_REDUCTIONS = (
+    "reduce_sum",
+    "reduce_max",
+    "reduce_min",
+    "reduce_prod",
+    "reduce_and",
+    "reduce_or",
+    "argmax",
+    "argmin",
+)
+
+# JAX primitive names that share a flop weight with a generic kind listed in a profile, so a
+# profile stays short and a new comparison or reduction primitive still gets a sensible weight.
+_KIND_OF: dict[str, str] = {
+    **{op: "compare" for op in ("eq", "ne", "lt", "le", "gt", "ge")},
+    **{op: "reduce" for op in _REDUCTIONS},
+    "select_n": "select",
+    "exp2": "exp",
+    "expm1": "exp",
+    "log1p": "log",
+}
+
+
+class ProfileError(ValueError):
+    """A hardware profile could not be loaded or validated; `field` is the dotted field, if any."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class GemmUnit(_Section):
+    """Weight-stationary optical GEMM cores: an R x C weight tile per core, P cores, clock f."""
+
+    rows: Count  # R: output columns (N) computed per tile
+    cols: Count  # C: reduction length (K) per tile
+    cores: Count  # P
+    clock_hz: Positive  # f: input rows streamed per second per core
+    weight_load_s: NonNegative  # T_w: time to program one tile
+    weight_load_overlap: Annotated[float, Field(ge=0, le=1)]  # fraction of T_w hidden by double-buffering
+    dac_bits: Count
+    adc_bits: Count
+    dac_energy_j: NonNegative  # per input conversion
+    adc_energy_j: NonNegative  # per output conversion
+    weight_cell_energy_j: NonNegative  # per weight cell programmed
+    laser_power_w: NonNegative  # drawn while the cores run
+
+
+class VectorUnit(_Section):
+    """Electronic vector unit for elementwise ops, reductions and transcendentals."""
+
+    flops_per_s: Positive
+    energy_per_flop_j: NonNegative
+    op_weights: dict[str, Positive]  # flops per element, by op kind; must contain "default"
+
+    @field_validator("op_weights")
+    @classmethod
+    def _has_default(cls, weights: dict[str, float]) -> dict[str, float]:
+        if "default" not in weights:
+            raise ValueError("must contain a 'default' weight for unlisted ops")
+        return weights
+
+    def weight(self, op: str) -> float:
+        """Flops per element of `op`: its own entry, else its kind's, else the default."""
+        if op in self.op_weights:
+            return self.op_weights[op]
+        return self.op_weights.get(_KIND_OF.get(op, ""), self.op_weights["default"])
+
+    def __hash__(self) -> int:  # the dict field would make pydantic's frozen hash fail
+        return hash((self.flops_per_s, self.energy_per_flop_j, tuple(sorted(self.op_weights.items()))))
+
+
+class MemorySystem(_Section):
+    sram_bytes: Positive
+    sram_bw_bytes_per_s: Positive
+    sram_energy_per_byte_j: NonNegative
+    hbm_bw_bytes_per_s: Positive
+    hbm_energy_per_byte_j: NonNegative
+
+
+class KernelParams(_Section):
+    launch_overhead_s: NonNegative
+
+
+class HardwareProfile(_Section):
+    name: Annotated[str, Field(min_length=1)]
+    description: str
+    gemm: GemmUnit
+    vector: VectorUnit
+    memory: MemorySystem
+    kernel: KernelParams
+
+
+def _describe(err: dict[str, Any]) -> tuple[str, str]:
+    """(dotted field, human reason) for one pydantic error."""
+    field = ".".join(str(part) for part in err["loc"]) or "<root>"
+    if err["type"] == "missing":
+        return field, "missing required field"
+    if err["type"] == "extra_forbidden":
+        return field, "unknown field"
+    return field, f"{err['msg']} (got {err.get('input')!r})"
+
+
+def profile_from_dict(data: dict[str, Any], source: str = "<dict>") -> HardwareProfile:
+    """Validate a plain dict (e.g. a request's inline profile); errors name `source` and the field."""
+    if not isinstance(data, dict):
+        raise ProfileError(f"profile {source}: expected a table/object, got {type(data).__name__}")
+    try:
+        return HardwareProfile.model_validate(data)
+    except ValidationError as exc:
+        problems = [_describe(err) for err in exc.errors()]
+        detail = "; ".join(f"field '{field}': {reason}" for field, reason in problems)
+        raise ProfileError(f"profile {source}: {detail}", field=problems[0][0]) from None
+
+
+def _load_file(path: Path) -> HardwareProfile:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ProfileError(f"profile file {path}: cannot read ({exc.strerror})") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(f"profile file {path}: TOML syntax error: {exc}") from None
+    return profile_from_dict(data, source=f"file {path}")
+
+
+def list_profiles() -> list[str]:
+    """Names of the shipped profiles (file stems in costmodel/profiles/), sorted."""
+    return sorted(p.stem for p in PROFILES_DIR.glob("*.toml"))
+
+
+@functools.lru_cache(maxsize=None)
+def _load_named(name: str) -> HardwareProfile:
+    path = PROFILES_DIR / f"{name}.toml"
+    if not path.is_file():
+        known = ", ".join(list_profiles())
+        raise ProfileError(f"no hardware profile named '{name}' (no file {path}); known: {known}")
+    return _load_file(path)
+
+
+def load_profile(name_or_path: str) -> HardwareProfile:
+    """Load a shipped profile by name (cached) or any TOML file by path (read every time)."""
+    if name_or_path.endswith(".toml") or "/" in name_or_path or "\\" in name_or_path:
+        path = Path(name_or_path)
+        if not path.is_file():
+            raise ProfileError(f"profile file {path}: not found")
+        return _load_file(path)
+    return _load_named(name_or_path)
+
+
+def with_overrides(profile: HardwareProfile, overrides: dict[str, Any]) -> HardwareProfile:
+    """A copy of `profile` with dotted-name overrides, e.g. {"gemm.rows": 128}; revalidated."""
+    data = profile.model_dump()
+    for dotted, value in overrides.items():
+        parts = dotted.split(".")
+        node: Any = data
+        for depth, part in enumerate(parts[:-1]):
+            node = node.get(part) if isinstance(node, dict) else None
+            if not isinstance(node, dict):
+                raise ProfileError(
+                    f"override '{dotted}': unknown field '{'.'.join(parts[: depth + 1])}'", field=dotted
+                )
+        # op_weights is an open table: any op kind may be added; everywhere else names are fixed.
+        open_table = parts[:-1] == ["vector", "op_weights"]
+        if parts[-1] not in node and not open_table:
+            raise ProfileError(f"override '{dotted}': unknown field", field=dotted)
+        if isinstance(node.get(parts[-1]), dict):
+            raise ProfileError(
+                f"override '{dotted}': is a section; override its fields instead", field=dotted
+            )
+        node[parts[-1]] = value
+    return profile_from_dict(data, source=f"'{profile.name}' with overrides")

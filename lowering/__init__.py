@@ -1,0 +1,1 @@
+"""Extracted term -> kernel program -> runnable JAX, and translation validation."""

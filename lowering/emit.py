@@ -1,0 +1,140 @@
+"""Extracted e-graph selection -> wire program of standard JAX primitives.
+
+`node_equation` is the one place that knows how each term constructor maps back to a primitive and
+its params; extraction prices nodes through it too.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from costmodel.egraph_view import EClass, EGraphView, ENode
+from rewrites.params import ParamsTable
+
+
+class ExtractionCycle(ValueError):
+    """The selection is not a DAG (a bug in extraction); the pipeline falls back to the original."""
+
+
+def _ints(values) -> list[int]:
+    return [int(v) for v in values]
+
+
+def node_equation(node: ENode, eclass: EClass, table: ParamsTable) -> tuple[str, dict[str, Any]]:
+    """(primitive name, wire params) of a term node that is an equation (not var/lit)."""
+    a = node.attrs
+    match node.op:
+        case "unary" | "binary":
+            return a[0], table.get(a[1])
+        case "select":
+            return "select_n", {}
+        case "dot":
+            return "dot_general", {"dimension_numbers": [[_ints(a[0]), _ints(a[1])], [_ints(a[2]), _ints(a[3])]],
+                                   **table.get(a[4])}
+        case "transpose":
+            return "transpose", {"permutation": _ints(a[0])}
+        case "reshape":
+            return "reshape", {"new_sizes": _ints(a[0]), **table.get(a[1])}
+        case "broadcast":
+            return "broadcast_in_dim", {"shape": _ints(a[0]), "broadcast_dimensions": _ints(a[1]), **table.get(a[2])}
+        case "reduce":
+            return a[0], {"axes": _ints(a[1]), **table.get(a[2])}
+        case "convert":
+            return "convert_element_type", {"new_dtype": {"dtype": a[0]}, **table.get(a[1])}
+        case "concat":
+            return "concatenate", {"dimension": int(a[0])}
+        case "slice":
+            return "slice", {"start_indices": _ints(a[0]), "limit_indices": _ints(a[1]),
+                             "strides": _ints(a[2]) or None}
+        case "squeeze":
+            return "squeeze", {"dimensions": _ints(a[0])}
+        case "expand_dims":
+            kept = [d for d in range(len(eclass.shape)) if d not in set(a[0])]
+            return "broadcast_in_dim", {"shape": list(eclass.shape), "broadcast_dimensions": kept,
+                                        "sharding": None}
+        case "integer_pow":
+            return "integer_pow", {"y": int(a[0])}
+        case "conv":
+            return "conv_general_dilated", table.get(a[0])
+        case "opaque":
+            entry = table.get(a[1])
+            return entry["primitive"], entry["params"]
+    raise ValueError(f"term {node.op} is not an equation")
+
+
+def wire_literal(value: float, dtype: str) -> dict[str, Any]:
+    """The wire form of a `Term.lit`: ints and bools as such, non-finite floats as strings."""
+    if dtype == "bool":
+        return {"lit": bool(value), "dtype": dtype}
+    if dtype.startswith(("int", "uint")):
+        return {"lit": int(value), "dtype": dtype}
+    if math.isfinite(value):
+        return {"lit": value, "dtype": dtype}
+    return {"lit": "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf"), "dtype": dtype}
+
+
+def emit_program(view: EGraphView, choice: dict[str, ENode], table: ParamsTable,
+                 original: dict[str, Any]) -> dict[str, Any]:
+    """The wire program that computes the roots of `view` with one chosen node per e-class."""
+    leaves = [*original["inputs"], *original.get("consts", [])]
+    names: dict[str, Any] = {}
+    eqns: list[dict[str, Any]] = []
+    opaque_outs: dict[tuple, list[str]] = {}
+    used_consts: set[int] = set()
+
+    def out_spec(cid: str) -> dict[str, Any]:
+        cls = view.classes[cid]
+        return {"name": f"t{len(eqns)}_{cid.rsplit('-', 1)[-1]}", "shape": list(cls.shape), "dtype": cls.dtype}
+
+    def emit(cid: str) -> None:
+        node, cls = choice[cid], view.classes[cid]
+        if node.op == "var":
+            index = int(node.attrs[0])
+            if index >= len(original["inputs"]):
+                used_consts.add(index - len(original["inputs"]))
+            names[cid] = leaves[index]["name"]
+            return
+        if node.op == "lit":
+            names[cid] = wire_literal(*node.attrs)
+            return
+        ins = [names[c] for c in node.children]
+        if node.op == "opaque":
+            key = (node.attrs[1], node.children)
+            if key not in opaque_outs:
+                entry = table.get(node.attrs[1])
+                base = len(eqns)
+                outs = [{"name": f"t{base}_o{k}", "shape": s, "dtype": d} for k, (s, d) in enumerate(entry["out"])]
+                for position, literal in entry.get("literals", []):
+                    ins.insert(position, literal)
+                eqns.append({"op": entry["primitive"], "in": ins, "out": outs, "params": entry["params"]})
+                opaque_outs[key] = [o["name"] for o in outs]
+            names[cid] = opaque_outs[key][int(node.attrs[2])]
+            return
+        op, params = node_equation(node, cls, table)
+        spec = out_spec(cid)
+        eqns.append({"op": op, "in": ins, "out": [spec], "params": params})
+        names[cid] = spec["name"]
+
+    for root in view.roots:
+        _post_order(root, choice, names, emit)
+    consts = [c for k, c in enumerate(original.get("consts", [])) if k in used_consts]
+    return {"format": original["format"], "inputs": original["inputs"], "consts": consts, "eqns": eqns,
+            "outputs": [names[r] for r in view.roots]}
+
+
+def _post_order(root: str, choice: dict[str, ENode], done: dict[str, Any], visit) -> None:
+    """Iterative DFS (programs can be deeper than Python's recursion limit)."""
+    stack, on_path = [(root, False)], set()
+    while stack:
+        cid, expanded = stack.pop()
+        if cid in done:
+            continue
+        if expanded:
+            on_path.discard(cid)
+            visit(cid)
+            continue
+        if cid in on_path:
+            raise ExtractionCycle(f"e-class {cid} depends on itself in the selection")
+        on_path.add(cid)
+        stack.append((cid, True))
+        stack.extend((c, False) for c in choice[cid].children if c not in done)

@@ -1,0 +1,69 @@
+"""Translation validation: the optimized program must compute what the original computes.
+
+Both run under jax.jit on the same seeded random inputs; outputs are compared with a per-dtype
+tolerance on the normwise relative error (max |a - b| / max |reference|), nan and inf positions
+must match exactly. In `exact` fp mode the tolerance is zero: results must be bit-identical.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+
+from lowering.to_jax import program_to_callable
+
+# Normwise relative error allowed per dtype in `real` mode: reassociated sums in that precision.
+TOLERANCE = {"float64": 1e-9, "float32": 1e-4, "float16": 1e-2, "bfloat16": 2e-2}
+
+
+def random_inputs(program: dict[str, Any], seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for spec in program["inputs"]:
+        shape, dtype = tuple(spec["shape"]), jax.numpy.dtype(spec["dtype"])
+        if spec["dtype"] == "bool":
+            arrays.append(rng.random(shape) < 0.5)
+        elif np.issubdtype(dtype, np.integer):
+            arrays.append(rng.integers(0, 4, shape).astype(dtype))  # small: valid as indices too
+        else:
+            arrays.append(rng.normal(size=shape).astype(dtype))
+    return arrays
+
+
+def output_error(reference: np.ndarray, result: np.ndarray) -> float:
+    """Normwise relative error; 1.0 (or inf) for a mismatch in nan/inf positions or exact types."""
+    ref, res = np.asarray(reference), np.asarray(result)
+    if ref.shape != res.shape or ref.dtype != res.dtype:
+        return float("inf")
+    if not np.issubdtype(ref.dtype, np.inexact):
+        return 0.0 if np.array_equal(ref, res) else 1.0
+    ref64, res64 = ref.astype(np.float64), res.astype(np.float64)
+    finite = np.isfinite(ref64)
+    if not np.array_equal(finite, np.isfinite(res64)) or not np.array_equal(ref64[~finite], res64[~finite],
+                                                                            equal_nan=True):
+        return float("inf")
+    if not finite.any():
+        return 0.0
+    scale = max(np.abs(ref64[finite]).max(), np.finfo(np.float64).tiny)
+    return float(np.abs(ref64[finite] - res64[finite]).max() / scale)
+
+
+def tolerance_for(dtype: str, fp_mode: str) -> float:
+    return 0.0 if fp_mode == "exact" else TOLERANCE.get(dtype, 0.0)
+
+
+def validate(original: dict[str, Any], optimized: dict[str, Any], fp_mode: str = "real",
+             trials: int = 2, seed: int = 0) -> dict[str, Any]:
+    """{status: passed|failed, max_rel_error, trials, tolerance} for original vs optimized."""
+    run_original = jax.jit(program_to_callable(original))
+    run_optimized = jax.jit(program_to_callable(optimized))
+    worst, failed = 0.0, False
+    for trial in range(trials):
+        args = random_inputs(original, seed + trial)
+        for ref, res in zip(run_original(*args), run_optimized(*args)):
+            error = output_error(ref, res)
+            worst = max(worst, error)
+            failed |= error > tolerance_for(str(np.asarray(ref).dtype), fp_mode)
+    return {"status": "failed" if failed else "passed", "max_rel_error": worst, "trials": trials,
+            "tolerance": {d: tolerance_for(d, fp_mode) for d in sorted(TOLERANCE)}}

@@ -1,0 +1,1 @@
+"""The e-graph side of the optimizer: term language, jaxpr ingest, rule families and schedules."""

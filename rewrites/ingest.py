@@ -1,0 +1,172 @@
+"""Wire program -> e-graph: one `let` per equation, so shared subterms stay shared.
+
+First-class primitives become typed term constructors; everything else becomes an opaque node
+per output that carries its primitive and params untouched. Every e-class gets its shape and
+dtype from the wire program's avals.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from egglog import EGraph, Vec, set_, union
+
+from rewrites.params import ParamsTable
+from rewrites.terms import BINARY_OPS, REDUCE_OPS, UNARY_OPS, Term, dtype, ivec, output, shape
+
+
+@dataclass
+class LoadedProgram:
+    """An e-graph holding one program, plus what is needed to turn extracted terms back into it."""
+
+    egraph: EGraph
+    params: ParamsTable
+    program: dict[str, Any]
+    n_outputs: int
+    eqn_count: int = 0
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def _rest(params: dict[str, Any], *structural: str) -> dict[str, Any]:
+    return {k: v for k, v in params.items() if k not in structural}
+
+
+def _ints(value: Any) -> Vec:
+    return ivec(value or ())
+
+
+def _dot(args, p, table):
+    (lc, rc), (lb, rb) = p["dimension_numbers"]
+    return Term.dot(args[0], args[1], _ints(lc), _ints(rc), _ints(lb), _ints(rb),
+                    table.intern(_rest(p, "dimension_numbers")))
+
+
+def _select(args, p, table):
+    return Term.select(*args) if len(args) == 3 and not p else None
+
+
+def _convert(args, p, table):
+    new_dtype = p["new_dtype"]
+    name = new_dtype["dtype"] if isinstance(new_dtype, dict) else str(new_dtype)
+    return Term.convert(args[0], name, table.intern(_rest(p, "new_dtype")))
+
+
+def _concat(args, p, table):
+    return Term.concat(Vec[Term](*args), p["dimension"]) if set(p) == {"dimension"} else None
+
+
+def _slice(args, p, table):
+    if set(p) != {"start_indices", "limit_indices", "strides"}:
+        return None
+    return Term.slice(args[0], _ints(p["start_indices"]), _ints(p["limit_indices"]), _ints(p["strides"]))
+
+
+def _only(keys: set[str], build: Callable) -> Callable:
+    """A builder that applies only when the eqn has exactly these params (else: opaque)."""
+    return lambda args, p, table: build(args, p, table) if set(p) == keys else None
+
+
+# Per-primitive encoders: (args, wire params, params table) -> Term, or None for "keep opaque".
+ENCODERS: dict[str, Callable[[list, dict, ParamsTable], Any]] = {
+    "dot_general": _dot,
+    "select_n": _select,
+    "convert_element_type": _convert,
+    "concatenate": _concat,
+    "slice": _slice,
+    "transpose": _only({"permutation"}, lambda a, p, t: Term.transpose(a[0], ivec(p["permutation"]))),
+    "squeeze": _only({"dimensions"}, lambda a, p, t: Term.squeeze(a[0], ivec(p["dimensions"]))),
+    "integer_pow": _only({"y"}, lambda a, p, t: Term.integer_pow(a[0], p["y"])),
+    "reshape": lambda a, p, t: (Term.reshape(a[0], ivec(p["new_sizes"]), t.intern(_rest(p, "new_sizes")))
+                               if p.get("dimensions") is None else None),  # dimensions: a transposing reshape
+    "broadcast_in_dim": lambda a, p, t: Term.broadcast(
+        a[0], ivec(p["shape"]), ivec(p["broadcast_dimensions"]),
+        t.intern(_rest(p, "shape", "broadcast_dimensions"))),
+    "conv_general_dilated": lambda a, p, t: Term.conv(a[0], a[1], t.intern(p)),
+}
+for _op in UNARY_OPS:
+    ENCODERS[_op] = lambda a, p, t, op=_op: Term.unary(op, a[0], t.intern(p)) if len(a) == 1 else None
+for _op in BINARY_OPS:
+    ENCODERS[_op] = lambda a, p, t, op=_op: Term.binary(op, a[0], a[1], t.intern(p)) if len(a) == 2 else None
+for _op in REDUCE_OPS:
+    ENCODERS[_op] = lambda a, p, t, op=_op: Term.reduce(op, a[0], ivec(p["axes"]), t.intern(_rest(p, "axes")))
+
+
+def literal_term(lit: dict[str, Any]) -> Term:
+    return Term.lit(float(lit["lit"]), lit["dtype"])  # float() also reads "nan"/"inf"
+
+
+def literal_roundtrips(lit: dict[str, Any]) -> bool:
+    """Integers beyond 2**53 do not survive the f64 in `Term.lit`; such eqns stay opaque."""
+    value = lit["lit"]
+    return isinstance(value, (str, bool, float)) or (isinstance(value, int) and float(value) == value
+                                                     and abs(value) <= 2**53)
+
+
+def encode_eqn(eqn: dict[str, Any], args: list[Term], table: ParamsTable) -> list[Term]:
+    """The terms for each output of one equation."""
+    op, params, outs = eqn["op"], eqn.get("params") or {}, eqn["out"]
+    encoder = ENCODERS.get(op)
+    if encoder is not None and len(outs) == 1:
+        try:
+            term = encoder(args, params, table)
+        except (KeyError, TypeError, ValueError):
+            term = None  # params of an unexpected form: carry the eqn through untouched
+        if term is not None:
+            return [term]
+    return [Term.opaque(op, _opaque_extra(eqn, table), Vec[Term](*args), i) for i in range(len(outs))]
+
+
+def _opaque_extra(eqn: dict[str, Any], table: ParamsTable, literals: list | None = None) -> int:
+    """An opaque eqn keeps everything needed to re-emit it, including outputs nothing uses."""
+    entry = {"primitive": eqn["op"], "params": eqn.get("params") or {},
+             "out": [[list(o["shape"]), o["dtype"]] for o in eqn["out"]]}
+    if literals:
+        entry["literals"] = literals
+    return table.intern(entry)
+
+
+def ingest(program: dict[str, Any]) -> LoadedProgram:
+    """Load a (type-checked) wire program into a fresh e-graph."""
+    egraph, table = EGraph(), ParamsTable()
+    env: dict[str, Term] = {}
+    analyses = []
+
+    def bind(name: str, term: Term, spec: dict[str, Any], let_name: str) -> None:
+        ref = egraph.let(let_name, term)
+        env[name] = ref
+        analyses.append(set_(shape(ref)).to(ivec(spec["shape"])))
+        analyses.append(set_(dtype(ref)).to(spec["dtype"]))
+
+    literals: dict[tuple, Term] = {}
+
+    def arg_term(arg: Any) -> Term:
+        if isinstance(arg, str):
+            return env[arg]
+        key = (repr(arg["lit"]), arg["dtype"])
+        if key not in literals:
+            literals[key] = term = literal_term(arg)
+            analyses.append(set_(shape(term)).to(ivec(())))
+            analyses.append(set_(dtype(term)).to(arg["dtype"]))
+        return literals[key]
+
+    for i, spec in enumerate([*program["inputs"], *program.get("consts", [])]):
+        bind(spec["name"], Term.var(i), spec, f"x{i}")
+    for i, eqn in enumerate(program["eqns"]):
+        ins = eqn["in"]
+        if all(isinstance(a, str) or literal_roundtrips(a) for a in ins):
+            terms = encode_eqn(eqn, [arg_term(a) for a in ins], table)
+        else:
+            terms = _opaque_with_literal_args(eqn, table, env)
+        for k, (term, spec) in enumerate(zip(terms, eqn["out"])):
+            bind(spec["name"], term, spec, f"e{i}_{k}")
+    roots = [env[o] if isinstance(o, str) else arg_term(o) for o in program["outputs"]]
+    egraph.register(*analyses, *(union(output(i)).with_(r) for i, r in enumerate(roots)))
+    return LoadedProgram(egraph, table, program, len(roots), len(program["eqns"]))
+
+
+def _opaque_with_literal_args(eqn: dict[str, Any], table: ParamsTable, env: dict[str, Term]) -> list[Term]:
+    """An eqn with a literal Term.lit cannot hold keeps its literals in the params table instead."""
+    extra = _opaque_extra(eqn, table, [[k, a] for k, a in enumerate(eqn["in"]) if not isinstance(a, str)])
+    args = Vec[Term](*(env[a] for a in eqn["in"] if isinstance(a, str)))
+    return [Term.opaque(eqn["op"], extra, args, i) for i in range(len(eqn["out"]))]
+

@@ -1,0 +1,110 @@
+"""The typed egglog term language every program is loaded into.
+
+Params that rules reason about (dimension numbers, permutations, shapes, axes) are structural
+egglog values; everything else about an equation lives in a per-request params table and is
+referenced by an integer id. Rules copy those ids from the nodes they match, and strings a client
+sent never have to round-trip through egglog's printer.
+"""
+from __future__ import annotations
+
+from egglog import Expr, String, StringLike, Vec, f64Like, function, i64, i64Like
+
+
+# Elementwise ops that map one array to one array of the same shape.
+UNARY_OPS = frozenset(
+    "neg exp exp2 log log1p expm1 tanh logistic sin cos tan sqrt rsqrt cbrt abs sign floor ceil "
+    "erf erfc erf_inv not is_finite square reciprocal".split()
+)
+# Elementwise ops of two operands (size-1 and rank-0 operands broadcast implicitly).
+BINARY_OPS = frozenset("add sub mul div max min pow rem atan2 nextafter eq ne lt le gt ge and or xor".split())
+REDUCE_OPS = frozenset(["reduce_sum", "reduce_max", "reduce_min"])
+
+
+class Term(Expr):
+    """One array-valued value of a program; every e-class has one shape and one dtype."""
+
+    @classmethod
+    def var(cls, index: i64Like) -> Term:
+        """Program input or constant number `index` (inputs first, then consts)."""
+
+    @classmethod
+    def lit(cls, value: f64Like, dtype: StringLike) -> Term:
+        """A rank-0 literal."""
+
+    @classmethod
+    def unary(cls, op: StringLike, x: Term, extra: i64Like) -> Term: ...
+
+    @classmethod
+    def binary(cls, op: StringLike, a: Term, b: Term, extra: i64Like) -> Term: ...
+
+    @classmethod
+    def select(cls, pred: Term, on_false: Term, on_true: Term) -> Term:
+        """select_n with two cases."""
+
+    @classmethod
+    def dot(
+        cls, a: Term, b: Term, lhs_contract: Vec[i64], rhs_contract: Vec[i64],
+        lhs_batch: Vec[i64], rhs_batch: Vec[i64], extra: i64Like,
+    ) -> Term: ...
+
+    @classmethod
+    def transpose(cls, x: Term, permutation: Vec[i64]) -> Term: ...
+
+    @classmethod
+    def reshape(cls, x: Term, new_sizes: Vec[i64], extra: i64Like) -> Term: ...
+
+    @classmethod
+    def broadcast(cls, x: Term, shape: Vec[i64], dims: Vec[i64], extra: i64Like) -> Term:
+        """broadcast_in_dim."""
+
+    @classmethod
+    def reduce(cls, op: StringLike, x: Term, axes: Vec[i64], extra: i64Like) -> Term: ...
+
+    @classmethod
+    def convert(cls, x: Term, new_dtype: StringLike, extra: i64Like) -> Term:
+        """convert_element_type."""
+
+    @classmethod
+    def concat(cls, parts: Vec[Term], dimension: i64Like) -> Term: ...
+
+    @classmethod
+    def slice(cls, x: Term, start: Vec[i64], limit: Vec[i64], strides: Vec[i64]) -> Term:
+        """Static slice; empty strides means unit strides."""
+
+    @classmethod
+    def squeeze(cls, x: Term, dimensions: Vec[i64]) -> Term: ...
+
+    @classmethod
+    def expand_dims(cls, x: Term, dimensions: Vec[i64]) -> Term:
+        """Insert size-1 axes; emitted as a reshape (JAX has no such primitive)."""
+
+    @classmethod
+    def integer_pow(cls, x: Term, y: i64Like) -> Term: ...
+
+    @classmethod
+    def conv(cls, lhs: Term, rhs: Term, extra: i64Like) -> Term:
+        """conv_general_dilated; all its params live in the params table."""
+
+    @classmethod
+    def opaque(cls, primitive: StringLike, extra: i64Like, args: Vec[Term], index: i64Like) -> Term:
+        """Output `index` of a primitive the optimizer does not model; carried through untouched."""
+
+
+@function
+def shape(x: Term) -> Vec[i64]:
+    """Shape analysis; no merge function, so a union of differently shaped classes panics."""
+
+
+@function
+def dtype(x: Term) -> String:
+    """Dtype analysis; same invariant as `shape`."""
+
+
+@function
+def output(index: i64Like) -> Term:
+    """Marks program output `index`; lets extraction find its roots in the serialized e-graph."""
+
+
+def ivec(values) -> Vec[i64]:
+    """A Vec[i64] literal from Python ints."""
+    return Vec[i64](*(i64(int(v)) for v in values))

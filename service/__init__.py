@@ -1,0 +1,1 @@
+"""HTTP boundary of the optimizer: wire schema, capture, app, pipeline, client, CLI."""

@@ -1,0 +1,19 @@
+"""Request options of /v1/optimize (pydantic, so the OpenAPI schema documents them)."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class OptimizeOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    time_limit_s: float | None = Field(None, gt=0, description="saturation budget; server default and maximum apply")
+    node_limit: int | None = Field(None, gt=0, description="stop saturating beyond this many e-nodes")
+    iter_limit: int = Field(12, ge=0, description="saturation iterations")
+    extraction: Literal["auto", "greedy"] = Field("auto", description="greedy-DAG (auto = greedy until the ILP lands)")
+    fp_mode: Literal["exact", "real"] = Field(
+        "real", description="exact: only rewrites exact in IEEE arithmetic; real: identities of real numbers")
+    validate_result: bool = Field(True, alias="validate", description="check optimized vs original numerically")
+    rules: bool = Field(True, description="false: round-trip through the e-graph with no rewrites")

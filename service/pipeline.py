@@ -1,0 +1,171 @@
+"""The optimizer pipeline, the only place that knows the order of the stages.
+
+ingest -> saturate -> extract -> lower (emit + kernels) -> validate, each a pure function of its
+inputs, on a fresh e-graph per request.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from contextlib import contextmanager
+from typing import Any
+
+from costmodel.egraph_view import EGraphView, ENode, view_egraph
+from costmodel.extract import extract_greedy_dag
+from costmodel.formulas import kernel_estimate
+from costmodel.op_cost import nbytes, op_cost
+from costmodel.profile import HardwareProfile, load_profile, profile_from_dict
+from lowering.emit import ExtractionCycle, emit_program, node_equation
+from lowering.kernels import KernelProgram, build_kernel_program, lower_bound
+from lowering.to_jax import typecheck
+from lowering.validate import validate
+from rewrites.ingest import ingest
+from rewrites.params import ParamsTable
+from rewrites.schedule import NO_RULES, SCHEDULES, Budget, saturate
+from service.options import OptimizeOptions
+from service.settings import get_settings
+
+VERSION = "0.1.0"
+NODE_EPSILON_S = 1e-12  # per e-node: among equal-cost programs, prefer the one with fewer ops
+
+
+def resolve_profile(hardware: str | dict | HardwareProfile | None) -> HardwareProfile:
+    if isinstance(hardware, HardwareProfile):
+        return hardware
+    if isinstance(hardware, dict):
+        return profile_from_dict(hardware, source="request hardware")
+    return load_profile(hardware or get_settings().default_hardware)
+
+
+def request_id(program: dict, profile: HardwareProfile, options: OptimizeOptions) -> str:
+    canonical = json.dumps([program, profile.model_dump(), options.model_dump(), VERSION], sort_keys=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+
+def static_classes(view: EGraphView, program: dict) -> set[str]:
+    """E-classes computable from weights and constants alone (precomputed once, free per call)."""
+    n_inputs = len(program["inputs"])
+    weights = {i for i, s in enumerate(program["inputs"]) if s.get("role") == "weight"}
+    static: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for cid, cls in view.classes.items():
+            if cid in static:
+                continue
+            for node in cls.nodes:
+                if node.op == "var":
+                    ok = int(node.attrs[0]) >= n_inputs or int(node.attrs[0]) in weights
+                else:
+                    ok = node.op != "opaque" and all(c in static for c in node.children)
+                if ok:
+                    static.add(cid)
+                    changed = True
+                    break
+    return static
+
+
+def node_coster(view: EGraphView, table: ParamsTable, profile: HardwareProfile, static: set[str]):
+    """Per-node cost for extraction: GEMMs and host ops are kernels of their own (launch and HBM
+    traffic included); elementwise and layout ops are priced as fused epilogues (compute only)."""
+
+    def cost(node: ENode) -> float:
+        if node.op in ("var", "lit"):
+            return 0.0
+        if all(c in static for c in node.children) and node.op != "opaque":
+            return NODE_EPSILON_S
+        cls = view.classes[node.eclass]
+        op, params = node_equation(node, cls, table)
+        ins = [(view.classes[c].shape, view.classes[c].dtype) for c in node.children]
+        out = (cls.shape, cls.dtype)
+        c = op_cost(profile, op, params, ins, out)
+        if c.kind in ("gemm", "host"):
+            moved = sum(nbytes(a) for a in ins) + nbytes(out)
+            return kernel_estimate(profile, c.time_s, c.energy_j, c.flops, moved, c.bound).time_s + NODE_EPSILON_S
+        return c.time_s + NODE_EPSILON_S
+
+    return cost
+
+
+@contextmanager
+def _stage(timings: dict[str, float], name: str):
+    start = time.perf_counter()
+    yield
+    timings[name] = round(time.perf_counter() - start, 6)
+
+
+def _budget(options: OptimizeOptions) -> Budget:
+    s = get_settings()
+    return Budget(iter_limit=min(options.iter_limit, s.max_iter_limit),
+                  node_limit=min(options.node_limit or s.default_node_limit, s.max_node_limit),
+                  time_limit_s=min(options.time_limit_s or s.default_time_limit_s, s.max_time_limit_s))
+
+
+def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | None = None,
+             options: OptimizeOptions | dict | None = None) -> dict[str, Any]:
+    """Optimize a wire program; raises WireError (a 422) if it does not type-check."""
+    options = options if isinstance(options, OptimizeOptions) else OptimizeOptions.model_validate(options or {})
+    profile = resolve_profile(hardware)
+    timings: dict[str, float] = {}
+    with _stage(timings, "typecheck"):
+        typecheck(program)
+    with _stage(timings, "ingest"):
+        loaded = ingest(program)
+    with _stage(timings, "saturate"):
+        schedule = SCHEDULES[options.fp_mode] if options.rules else NO_RULES
+        saturation = saturate(loaded.egraph, schedule, _budget(options))
+    with _stage(timings, "extract"):
+        view = view_egraph(loaded.egraph)
+        extraction = extract_greedy_dag(view, node_coster(view, loaded.params, profile,
+                                                          static_classes(view, program)))
+    notes: list[str] = []
+    with _stage(timings, "lower"):
+        naive = build_kernel_program(program, profile, fuse=False)
+        baseline = build_kernel_program(program, profile, fuse=True)
+        try:
+            candidate = emit_program(view, extraction.choice, loaded.params, program)
+            lowered = build_kernel_program(candidate, profile, fuse=True)
+        except ExtractionCycle as err:
+            candidate, lowered = program, baseline
+            notes.append(f"extraction produced a cycle ({err}); returning the original program")
+        if lowered.total.time_s > baseline.total.time_s:
+            notes.append("optimized estimate was slower than the baseline; returning the original program")
+            candidate, lowered = program, baseline
+    with _stage(timings, "validate"):
+        validation = validate(program, candidate, options.fp_mode) if options.validate_result \
+            else {"status": "skipped", "max_rel_error": None, "trials": 0}
+        if validation["status"] == "failed":
+            notes.append("validation failed; returning the original program (rules fired: "
+                         + ", ".join(saturation.rules_fired) + ")")
+            candidate, lowered = program, baseline
+    return {
+        "id": request_id(program, profile, options),
+        "program": candidate,
+        "kernels": [k.to_dict() for k in lowered.kernels],
+        "estimate": _estimates(profile, naive, baseline, lowered, [program, candidate]),
+        "validation": validation,
+        "report": {
+            "rewrites": saturation.rules_fired,
+            "egraph": {"enodes": view.enode_count, "eclasses": len(view.classes),
+                       "iterations": saturation.iterations, "stop_reason": saturation.stop_reason},
+            "extraction": {"method": extraction.method, "cost_s": extraction.cost, "optimality_gap": None},
+            "equations": {"original": len(program["eqns"]), "optimized": len(candidate["eqns"])},
+            "timings_s": timings,
+            "notes": notes,
+        },
+        "cache": "miss",
+    }
+
+
+def _estimates(profile: HardwareProfile, naive: KernelProgram, baseline: KernelProgram,
+               optimized: KernelProgram, programs: list[dict]) -> dict[str, Any]:
+    return {
+        "hardware": profile.name,
+        "naive": naive.total.to_dict(),
+        "baseline": baseline.total.to_dict(),
+        "optimized": optimized.total.to_dict(),
+        "precompute": optimized.precompute_total.to_dict(),
+        "speedup_vs_baseline": baseline.total.time_s / optimized.total.time_s if optimized.total.time_s else 1.0,
+        "lower_bound": lower_bound(programs, profile).to_dict(),
+    }

@@ -1,0 +1,133 @@
+"""JSON codec for primitive params: tuples, dtypes, enums, dimension-number structs and nested
+jaxprs, both directions. Decoding only ever builds classes from an explicit allow-list."""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from typing import Any
+
+import numpy as np
+from jax import lax
+import jax.extend.core as jex
+
+from service.wire import WireError, parse_dtype
+
+# Enum and struct classes a client may name; never resolve a client-sent name any other way.
+ENUMS: dict[str, type[enum.Enum]] = {
+    c.__name__: c for c in (lax.Precision, lax.GatherScatterMode, lax.RoundingMethod,
+                            lax.DotAlgorithmPreset, lax.FftType, lax.RandomAlgorithm,
+                            lax.AccuracyMode)}
+STRUCTS: dict[str, type] = {
+    c.__name__: c for c in (lax.GatherDimensionNumbers, lax.ScatterDimensionNumbers,
+                            lax.ConvDimensionNumbers, lax.DotAlgorithm)}
+
+# Params JAX 0.10 requires but that are almost always None (placement, accuracy hints), filled
+# in when a hand-written program omits them so writers need not track JAX's param churn.
+_NONE_DEFAULTS: dict[str, tuple[str, ...]] = {
+    **{p: ("accuracy",) for p in ("cbrt", "cos", "exp", "exp2", "expm1", "log", "log1p",
+                                  "logistic", "rsqrt", "sin", "sqrt", "tan", "tanh")},
+    "mul": ("out_dtype",),
+    **{p: ("sharding",) for p in ("broadcast_in_dim", "convert_element_type", "iota", "reshape")},
+    **{p: ("out_sharding", "precision", "preferred_element_type")
+       for p in ("dot_general", "conv_general_dilated")},
+    "reduce_sum": ("out_sharding",),
+}
+
+
+def encode_params(prim_name: str, params: dict[str, Any]) -> dict[str, Any]:
+    """JSON-safe form of one equation's params; raises WireError for values with no encoding."""
+    return {k: _encode(v, prim_name, k) for k, v in params.items()}
+
+
+def decode_params(prim_name: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Inverse of encode_params; lists come back as tuples because JAX params must hash."""
+    if not isinstance(params, dict):
+        raise WireError(f"params of {prim_name} must be an object", field="params")
+    defaults = dict.fromkeys(_NONE_DEFAULTS.get(prim_name, ()))
+    return defaults | {k: _decode(v, prim_name, k) for k, v in params.items()}
+
+
+def _encode(v: Any, prim: str, key: str) -> Any:
+    if v is None or isinstance(v, (bool, str)):
+        return v
+    if isinstance(v, enum.Enum):
+        # Enums first: IntEnum members would otherwise pass as plain ints.
+        if type(v).__name__ not in ENUMS:
+            raise _unencodable(prim, key, v)
+        return {"enum": type(v).__name__, "value": v.name}
+    if isinstance(v, (int, np.integer, np.bool_)):
+        return v.item() if isinstance(v, np.generic) else v
+    if isinstance(v, (float, np.floating)):
+        f = float(v)
+        return f if math.isfinite(f) else {"float": repr(f)}
+    if isinstance(v, np.dtype) or (isinstance(v, type) and issubclass(v, np.generic)):
+        return {"dtype": np.dtype(v).name}
+    if isinstance(v, (jex.ClosedJaxpr, jex.Jaxpr)):
+        from service.capture import jaxpr_to_wire  # capture imports this module
+
+        closed = v if isinstance(v, jex.ClosedJaxpr) else jex.ClosedJaxpr(v, ())
+        out = {"program": jaxpr_to_wire(closed)}
+        return out | {"open": True} if isinstance(v, jex.Jaxpr) else out
+    if type(v).__name__ in STRUCTS and type(v) is STRUCTS[type(v).__name__]:
+        fields = (v._asdict() if hasattr(v, "_asdict")
+                  else {f.name: getattr(v, f.name) for f in dataclasses.fields(v)})
+        return {"struct": type(v).__name__,
+                "fields": {f: _encode(x, prim, f"{key}.{f}") for f, x in fields.items()}}
+    if isinstance(v, (tuple, list)) and not hasattr(v, "_fields"):
+        return [_encode(x, prim, f"{key}[{i}]") for i, x in enumerate(v)]
+    raise _unencodable(prim, key, v)
+
+
+def _unencodable(prim: str, key: str, v: Any) -> WireError:
+    return WireError(f"primitive {prim!r}: param {key!r} has a value of type "
+                     f"{type(v).__name__} that the wire format cannot encode: {v!r:.80}",
+                     field=f"params.{key}")
+
+
+def _decode(v: Any, prim: str, key: str) -> Any:
+    if isinstance(v, list):
+        return tuple(_decode(x, prim, f"{key}[{i}]") for i, x in enumerate(v))
+    if not isinstance(v, dict):
+        return v
+    field = f"params.{key}"
+    try:
+        if set(v) == {"dtype"}:
+            return parse_dtype(v["dtype"], field=field)
+        if set(v) == {"float"}:
+            return float(v["float"])
+        if set(v) == {"enum", "value"}:
+            return ENUMS[v["enum"]][v["value"]]
+        if set(v) == {"struct", "fields"}:
+            cls = STRUCTS[v["struct"]]
+            return cls(**{f: _decode(x, prim, f"{key}.{f}") for f, x in v["fields"].items()})
+        if set(v) in ({"program"}, {"program", "open"}):
+            return _decode_program(v["program"], bool(v.get("open")), prim, key)
+    except WireError as e:
+        if e.field.startswith("params."):
+            raise
+        raise WireError(f"primitive {prim!r}: param {key!r}: nested program: {e}",
+                        field=field) from None
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise WireError(f"primitive {prim!r}: param {key!r}: cannot decode {v!r:.80} ({e})",
+                        field=field) from None
+    raise WireError(f"primitive {prim!r}: param {key!r}: unknown object form {sorted(v)}",
+                    field=field)
+
+
+def _decode_program(prog: Any, open_: bool, prim: str, key: str) -> jex.ClosedJaxpr | jex.Jaxpr:
+    import jax
+
+    from lowering.to_jax import program_to_callable, typecheck  # to_jax imports this module
+
+    typecheck(prog)
+    fn = program_to_callable(prog)
+    avals = [jax.ShapeDtypeStruct(tuple(s["shape"]), parse_dtype(s["dtype"]))
+             for s in prog["inputs"]]
+    closed = jax.make_jaxpr(lambda *a: fn(*a))(*avals)
+    if not open_:
+        return closed
+    if closed.consts:
+        raise WireError(f"primitive {prim!r}: param {key!r}: an open jaxpr cannot hold consts",
+                        field=f"params.{key}")
+    return closed.jaxpr

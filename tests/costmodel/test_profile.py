@@ -1,0 +1,173 @@
+"""Tests for costmodel.profile: shipped profiles load; every user error names its file and field."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import pydantic
+import pytest
+
+from costmodel.profile import (
+    PROFILES_DIR,
+    HardwareProfile,
+    ProfileError,
+    list_profiles,
+    load_profile,
+    profile_from_dict,
+    with_overrides,
+)
+
+
+def _shipped_dict(name: str = "optu-v1") -> dict:
+    return tomllib.loads((PROFILES_DIR / f"{name}.toml").read_text())
+
+
+def _write(tmp_path: Path, data_text: str) -> str:
+    path = tmp_path / "custom.toml"
+    path.write_text(data_text)
+    return str(path)
+
+
+def _toml_without(line_start: str) -> str:
+    text = (PROFILES_DIR / "optu-v1.toml").read_text()
+    return "\n".join(line for line in text.splitlines() if not line.startswith(line_start))
+
+
+def test_list_profiles_names_the_three_shipped_profiles():
+    assert {"optu-v1", "gpu-roofline", "cpu-host"} <= set(list_profiles())
+
+
+@pytest.mark.parametrize("name", list_profiles())
+def test_every_shipped_profile_loads_and_is_named_after_its_file(name):
+    profile = load_profile(name)
+    assert isinstance(profile, HardwareProfile)
+    assert profile.name == name
+    assert profile.vector.weight("default") > 0
+
+
+@pytest.mark.parametrize("name", list_profiles())
+def test_every_number_in_a_shipped_profile_has_a_source_or_assumption_comment(name):
+    for line in (PROFILES_DIR / f"{name}.toml").read_text().splitlines():
+        if re.match(r"^\s*[a-z_]+\s*=\s*[-+0-9.]", line):
+            assert "#" in line and line.split("#", 1)[1].strip(), f"uncommented number: {line!r}"
+
+
+def test_named_profiles_are_cached():
+    assert load_profile("optu-v1") is load_profile("optu-v1")
+
+
+def test_profile_is_frozen_and_hashable():
+    profile = load_profile("optu-v1")
+    with pytest.raises(pydantic.ValidationError):
+        profile.gemm.rows = 1
+    assert hash(profile) == hash(profile_from_dict(_shipped_dict()))
+
+
+def test_load_profile_by_path(tmp_path):
+    path = _write(tmp_path, (PROFILES_DIR / "gpu-roofline.toml").read_text())
+    assert load_profile(path).name == "gpu-roofline"
+
+
+def test_unknown_name_raises_profile_error_listing_known_profiles():
+    with pytest.raises(ProfileError, match=r"nope.*optu-v1"):
+        load_profile("nope")
+
+
+def test_missing_file_path_names_the_file(tmp_path):
+    with pytest.raises(ProfileError, match="missing.toml"):
+        load_profile(str(tmp_path / "missing.toml"))
+
+
+def test_toml_syntax_error_names_the_file(tmp_path):
+    path = _write(tmp_path, "name = 'x'\n[gemm\nrows = 1\n")
+    with pytest.raises(ProfileError, match=r"custom\.toml.*TOML syntax error"):
+        load_profile(path)
+
+
+def test_negative_number_names_the_field(tmp_path):
+    text = (PROFILES_DIR / "optu-v1.toml").read_text().replace("rows = 128", "rows = -128", 1)
+    with pytest.raises(ProfileError, match=r"custom\.toml.*'gemm\.rows'.*greater than 0") as info:
+        load_profile(_write(tmp_path, text))
+    assert info.value.field == "gemm.rows"
+
+
+def test_negative_energy_names_the_field():
+    data = _shipped_dict()
+    data["memory"]["hbm_energy_per_byte_j"] = -1.0
+    with pytest.raises(ProfileError, match=r"'memory\.hbm_energy_per_byte_j'"):
+        profile_from_dict(data)
+
+
+def test_overlap_above_one_is_rejected():
+    data = _shipped_dict()
+    data["gemm"]["weight_load_overlap"] = 1.5
+    with pytest.raises(ProfileError, match=r"'gemm\.weight_load_overlap'.*less than or equal to 1"):
+        profile_from_dict(data)
+
+
+def test_unknown_field_names_the_field(tmp_path):
+    text = (PROFILES_DIR / "optu-v1.toml").read_text().replace("[gemm]\n", "[gemm]\nbogus = 3\n", 1)
+    with pytest.raises(ProfileError, match=r"custom\.toml.*'gemm\.bogus': unknown field"):
+        load_profile(_write(tmp_path, text))
+
+
+def test_missing_field_names_the_field(tmp_path):
+    path = _write(tmp_path, _toml_without("hbm_bw_bytes_per_s"))
+    with pytest.raises(ProfileError, match=r"'memory\.hbm_bw_bytes_per_s': missing required field"):
+        load_profile(path)
+
+
+def test_op_weights_without_default_is_rejected():
+    data = _shipped_dict()
+    del data["vector"]["op_weights"]["default"]
+    with pytest.raises(ProfileError, match=r"'vector\.op_weights'.*default"):
+        profile_from_dict(data)
+
+
+def test_non_table_input_is_rejected():
+    with pytest.raises(ProfileError, match="expected a table"):
+        profile_from_dict([1, 2])  # type: ignore[arg-type]
+
+
+def test_op_weight_lookup_uses_kind_then_default():
+    vector = load_profile("optu-v1").vector
+    assert vector.weight("exp") == 8
+    assert vector.weight("erf") == 10
+    assert vector.weight("lt") == vector.weight("compare") == 1
+    assert vector.weight("select_n") == 1
+    assert vector.weight("log1p") == vector.weight("log")
+    assert vector.weight("reduce_max") == vector.weight("reduce")
+    assert vector.weight("cumsum") == vector.weight("default")
+
+
+def test_overrides_replace_nested_values_and_keep_the_rest():
+    base = load_profile("optu-v1")
+    changed = with_overrides(base, {"gemm.rows": 64, "memory.hbm_bw_bytes_per_s": 1e12})
+    assert changed.gemm.rows == 64
+    assert changed.memory.hbm_bw_bytes_per_s == 1e12
+    assert changed.gemm.cols == base.gemm.cols
+    assert base.gemm.rows == 128  # the original is untouched
+
+
+def test_overrides_may_add_an_op_weight():
+    changed = with_overrides(load_profile("optu-v1"), {"vector.op_weights.cumsum": 3})
+    assert changed.vector.weight("cumsum") == 3
+
+
+@pytest.mark.parametrize("name", ["gemm.bogus", "bogus.rows", "gemm.rows.deeper", "nothing"])
+def test_overrides_reject_unknown_names(name):
+    with pytest.raises(ProfileError, match=re.escape(name.split(".")[0])) as info:
+        with_overrides(load_profile("optu-v1"), {name: 1})
+    assert info.value.field == name
+
+
+def test_overrides_reject_replacing_a_whole_section():
+    with pytest.raises(ProfileError, match="section"):
+        with_overrides(load_profile("optu-v1"), {"gemm": 1})
+
+
+def test_overrides_are_validated():
+    with pytest.raises(ProfileError, match=r"'gemm\.cores'"):
+        with_overrides(load_profile("optu-v1"), {"gemm.cores": 0})
