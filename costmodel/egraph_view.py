@@ -33,6 +33,7 @@ class EClass:
     shape: tuple[int, ...] = ()
     dtype: str = ""
     nodes: list[ENode] = field(default_factory=list)
+    origin: int | None = None  # index of the ingested equation this class came from, if any
 
 
 @dataclass
@@ -97,4 +98,8 @@ def view_egraph(egraph: EGraph) -> EGraphView:
                 setattr(classes[cid], node["op"], value(value_nodes[node["eclass"]]))
         elif node["op"] == "output":
             roots[int(nodes[node["children"][0]]["op"])] = node["eclass"]
+    for cid, cls in classes.items():
+        let = data["class_data"][cid].get("let", "")
+        if let.startswith("$e"):  # ingest names equation lets e{index}_{output}
+            cls.origin = int(let[2:].split("_")[0])
     return EGraphView(classes, [roots[i] for i in range(len(roots))])

@@ -5,6 +5,7 @@ its params; extraction prices nodes through it too.
 """
 from __future__ import annotations
 
+import heapq
 import math
 from typing import Any
 
@@ -115,15 +116,47 @@ def emit_program(view: EGraphView, choice: dict[str, ENode], table: ParamsTable,
         eqns.append({"op": op, "in": ins, "out": [spec], "params": params})
         names[cid] = spec["name"]
 
-    for root in view.roots:
-        _post_order(root, choice, names, emit)
+    for cid in emission_order(view, choice):
+        emit(cid)
     consts = [c for k, c in enumerate(original.get("consts", [])) if k in used_consts]
     return {"format": original["format"], "inputs": original["inputs"], "consts": consts, "eqns": eqns,
             "outputs": [names[r] for r in view.roots]}
 
 
-def _post_order(root: str, choice: dict[str, ENode], done: dict[str, Any], visit) -> None:
-    """Iterative DFS (programs can be deeper than Python's recursion limit)."""
+def emission_order(view: EGraphView, choice: dict[str, ENode]) -> list[str]:
+    """Chosen classes reachable from the roots, children first. Among ready classes the one whose
+    equation came first in the original goes first, so an unchanged program comes back unchanged
+    and producers stay next to their consumers for fusion."""
+    post: list[str] = []
+    done: set[str] = set()
+    for root in view.roots:
+        _post_order(root, choice, post, done)
+    position = {cid: i for i, cid in enumerate(post)}
+    priority: dict[str, float] = {}
+    for cid in post:
+        origin = view.classes[cid].origin
+        priority[cid] = origin if origin is not None else \
+            max((priority[c] for c in choice[cid].children), default=-1.0) + 0.5
+    waiting = {cid: len(set(choice[cid].children)) for cid in post}
+    users: dict[str, list[str]] = {}
+    for cid in post:
+        for child in set(choice[cid].children):
+            users.setdefault(child, []).append(cid)
+    ready = [(priority[c], i, c) for i, c in enumerate(post) if waiting[c] == 0]
+    heapq.heapify(ready)
+    order: list[str] = []
+    while ready:
+        _, i, cid = heapq.heappop(ready)
+        order.append(cid)
+        for user in users.get(cid, ()):
+            waiting[user] -= 1
+            if waiting[user] == 0:
+                heapq.heappush(ready, (priority[user], position[user], user))
+    return order
+
+
+def _post_order(root: str, choice: dict[str, ENode], out: list[str], done: set[str]) -> None:
+    """Iterative DFS (programs can be deeper than Python's recursion limit); appends to `out`."""
     stack, on_path = [(root, False)], set()
     while stack:
         cid, expanded = stack.pop()
@@ -131,7 +164,8 @@ def _post_order(root: str, choice: dict[str, ENode], done: dict[str, Any], visit
             continue
         if expanded:
             on_path.discard(cid)
-            visit(cid)
+            done.add(cid)
+            out.append(cid)
             continue
         if cid in on_path:
             raise ExtractionCycle(f"e-class {cid} depends on itself in the selection")

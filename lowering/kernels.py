@@ -18,7 +18,7 @@ from costmodel.profile import HardwareProfile
 KIND_NAMES = {"gemm": "optical_gemm", "vector": "vector", "free": "vector", "host": "host"}
 
 
-@dataclass
+@dataclass(eq=False)
 class Kernel:
     id: int
     kind: str
@@ -73,22 +73,25 @@ def build_kernel_program(program: dict[str, Any], profile: HardwareProfile, fuse
     kernels: list[Kernel] = []
     precompute: list[Kernel] = []
     produced_by: dict[str, Kernel] = {}
+    kernels_set: set[Kernel] = set()  # per-call kernels (precomputed values are plain inputs)
     for index, (eqn, cost) in enumerate(zip(program["eqns"], costs)):
         if all(o["name"] in static for o in eqn["out"]):
             target = Kernel(len(precompute), KIND_NAMES[cost.kind], [index])
             precompute.append(target)
         else:
-            last = kernels[-1] if kernels else None
-            joins = (fuse and last is not None and cost.kind in ("vector", "free") and last.kind != "host"
-                     and any(produced_by.get(a) is last for a in eqn["in"] if isinstance(a, str)))
-            if joins:
-                last.eqns.append(index)
-                if last.kind == "optical_gemm":
-                    last.kind = "fused"
-                target = last
+            # Join the latest kernel that produced an operand: every other operand then comes from
+            # an earlier kernel, so the kernel order stays a valid schedule.
+            producers = [k for a in eqn["in"] if isinstance(a, str) and (k := produced_by.get(a)) in kernels_set]
+            host = max(producers, key=lambda k: k.id, default=None)
+            if fuse and host is not None and cost.kind in ("vector", "free") and host.kind != "host":
+                host.eqns.append(index)
+                if host.kind == "optical_gemm":
+                    host.kind = "fused"
+                target = host
             else:
                 target = Kernel(len(kernels), KIND_NAMES[cost.kind], [index])
                 kernels.append(target)
+                kernels_set.add(target)
         produced_by.update({o["name"]: target for o in eqn["out"]})
     # A value leaves its kernel (an HBM write) if the program returns it or another kernel reads it.
     escaping = {o for o in program["outputs"] if isinstance(o, str)}
