@@ -70,39 +70,68 @@ def eqn_cost(profile: HardwareProfile, eqn: dict[str, Any], avals: dict[str, Ava
 def build_kernel_program(program: dict[str, Any], profile: HardwareProfile, fuse: bool = True) -> KernelProgram:
     avals, static = avals_of(program), static_names(program)
     costs = [eqn_cost(profile, e, avals) for e in program["eqns"]]
-    kernels: list[Kernel] = []
-    precompute: list[Kernel] = []
-    produced_by: dict[str, Kernel] = {}
-    kernels_set: set[Kernel] = set()  # per-call kernels (precomputed values are plain inputs)
-    for index, (eqn, cost) in enumerate(zip(program["eqns"], costs)):
-        if all(o["name"] in static for o in eqn["out"]):
-            target = Kernel(len(precompute), KIND_NAMES[cost.kind], [index])
-            precompute.append(target)
-        else:
-            # Join the latest kernel that produced an operand: every other operand then comes from
-            # an earlier kernel, so the kernel order stays a valid schedule.
-            producers = [k for a in eqn["in"] if isinstance(a, str) and (k := produced_by.get(a)) in kernels_set]
-            host = max(producers, key=lambda k: k.id, default=None)
-            if fuse and host is not None and cost.kind in ("vector", "free") and host.kind != "host":
-                host.eqns.append(index)
-                if host.kind == "optical_gemm":
-                    host.kind = "fused"
-                target = host
-            else:
-                target = Kernel(len(kernels), KIND_NAMES[cost.kind], [index])
-                kernels.append(target)
-                kernels_set.add(target)
-        produced_by.update({o["name"]: target for o in eqn["out"]})
-    # A value leaves its kernel (an HBM write) if the program returns it or another kernel reads it.
-    escaping = {o for o in program["outputs"] if isinstance(o, str)}
-    for eqn in program["eqns"]:
-        reader = produced_by[eqn["out"][0]["name"]] if eqn["out"] else None
-        escaping |= {a for a in eqn["in"] if isinstance(a, str) and a in produced_by and produced_by[a] is not reader}
+    kernels, precompute, escaping = _assign(program, costs, static, fuse)
     for group in (kernels, precompute):
         for kernel in group:
             _finish(kernel, program, costs, avals, profile, escaping)
     return KernelProgram(kernels, precompute, sum_estimates([k.estimate for k in kernels]),
                          sum_estimates([k.estimate for k in precompute]))
+
+
+def _assign(program: dict[str, Any], costs: list[OpCost], static: set[str], fuse: bool):
+    """Group equations into kernels; returns (per-call kernels, precompute kernels, escaping values).
+
+    A value escapes its kernel (an HBM write) if the program returns it or another kernel reads it.
+    With fusion, layout-only ops on kernel-external data (a bias broadcast) are folded into each
+    consumer instead of becoming kernels, and an elementwise op joins the latest kernel that
+    produced one of its operands: its other operands then come from earlier kernels, so kernel
+    order stays a valid schedule.
+    """
+    eqns = program["eqns"]
+    kernels: list[Kernel] = []
+    precompute: list[Kernel] = []
+    producer: dict[str, Kernel] = {}
+    deferred: dict[str, int] = {}
+    per_call: set[Kernel] = set()
+    escaping = {o for o in program["outputs"] if isinstance(o, str)}
+
+    def place(index: int, kernel: Kernel) -> None:
+        for a in eqns[index]["in"]:
+            if not isinstance(a, str):
+                continue
+            if a in deferred:
+                if deferred[a] not in kernel.eqns:
+                    place(deferred[a], kernel)
+            elif a in producer and producer[a] is not kernel:
+                escaping.add(a)
+        kernel.eqns.append(index)
+        if kernel.kind == "optical_gemm" and costs[index].kind != "gemm":
+            kernel.kind = "fused"
+
+    def open_kernel(group: list[Kernel], index: int) -> Kernel:
+        group.append(Kernel(len(group), KIND_NAMES[costs[index].kind], []))
+        if group is kernels:
+            per_call.add(group[-1])
+        return group[-1]
+
+    for index, (eqn, cost) in enumerate(zip(eqns, costs)):
+        outs = [o["name"] for o in eqn["out"]]
+        operands = [a for a in eqn["in"] if isinstance(a, str)]
+        producers = [k for a in operands if (k := producer.get(a)) in per_call]
+        if all(o in static for o in outs):
+            target = open_kernel(precompute, index)
+        elif fuse and cost.kind == "free" and not producers:
+            deferred.update((o, index) for o in outs)
+            continue
+        else:
+            latest = max(producers, key=lambda k: k.id, default=None)
+            joins = fuse and latest is not None and cost.kind in ("vector", "free") and latest.kind != "host"
+            target = latest if joins else open_kernel(kernels, index)
+        place(index, target)
+        producer.update((o, target) for o in outs)
+    for name in escaping & deferred.keys():  # a returned layout-only value is materialized
+        place(deferred[name], open_kernel(kernels, deferred[name]))
+    return kernels, precompute, escaping
 
 
 def _finish(kernel: Kernel, program, costs: list[OpCost], avals, profile: HardwareProfile,

@@ -1,0 +1,54 @@
+"""Kernel grouping and estimates: naive is one kernel per equation, the baseline fuses epilogues."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from costmodel.profile import load_profile, with_overrides
+from lowering.kernels import build_kernel_program
+from service.capture import capture
+
+PROFILE = load_profile("optu-v1")
+
+
+def _mlp():
+    rng = np.random.default_rng(0)
+    x, w, b = (rng.normal(size=s).astype(np.float32) for s in [(32, 64), (64, 64), (64,)])
+    return capture(lambda x, w, b: jax.nn.relu(x @ w + b) * 2.0, x, w, b)
+
+
+def test_naive_is_one_kernel_per_equation_and_baseline_fuses_the_epilogue():
+    program = _mlp()
+    naive = build_kernel_program(program, PROFILE, fuse=False)
+    fused = build_kernel_program(program, PROFILE, fuse=True)
+    assert len(naive.kernels) == len(program["eqns"])
+    assert len(fused.kernels) == 1 and fused.kernels[0].kind == "fused"
+    assert fused.kernels[0].ops[0] == "dot_general"
+    assert fused.total.time_s < naive.total.time_s
+    assert fused.total.hbm_bytes < naive.total.hbm_bytes
+
+
+def test_fused_kernel_reads_inputs_and_writes_outputs_once():
+    program = _mlp()
+    kernel = build_kernel_program(program, PROFILE).kernels[0]
+    assert kernel.inputs == ["in0", "in1", "in2"]
+    assert kernel.outputs == program["outputs"]
+    assert kernel.estimate.hbm_bytes == 4 * (32 * 64 + 64 * 64 + 64 + 32 * 64)
+    assert kernel.tiling == {"tiles": 1, "k_splits": 1, "weight_loads": 1, "passes": 32}
+
+
+def test_weight_only_work_is_precomputed_not_per_call():
+    w = np.ones((64, 64), np.float32)
+    program = capture(lambda x, w: x @ (w.T * 2.0), np.ones((8, 64), np.float32), w, weight_argnums=(1,))
+    kernels = build_kernel_program(program, PROFILE)
+    assert [k.ops for k in kernels.kernels] == [["dot_general"]]
+    assert sorted(op for k in kernels.precompute for op in k.ops) == ["mul", "transpose"]
+
+
+def test_elementwise_chain_is_memory_bound_when_hbm_is_slow():
+    slow_hbm = with_overrides(PROFILE, {"memory.hbm_bw_bytes_per_s": 1e9})
+    x = np.ones((1024, 1024), np.float32)
+    kernel = build_kernel_program(capture(lambda x: jnp.exp(x) + 1.0, x), slow_hbm).kernels[0]
+    assert kernel.estimate.bound == "memory"
+    assert kernel.estimate.time_s >= 2 * x.nbytes / 1e9

@@ -1,0 +1,37 @@
+"""Translation validation catches a wrong program and tolerates only what the dtype allows."""
+from __future__ import annotations
+
+import copy
+
+import jax.numpy as jnp
+import numpy as np
+
+from lowering.validate import output_error, validate
+from service.capture import capture
+
+
+def _program():
+    x = np.ones((4, 8), np.float32)
+    return capture(lambda a, b: jnp.tanh(a) + b, x, x)
+
+
+def test_identical_programs_pass_with_zero_error():
+    program = _program()
+    result = validate(program, copy.deepcopy(program), "exact")
+    assert result == {**result, "status": "passed", "max_rel_error": 0.0, "trials": 2}
+
+
+def test_a_wrong_program_fails():
+    program = _program()
+    wrong = copy.deepcopy(program)
+    wrong["eqns"][-1]["op"] = "sub"
+    result = validate(program, wrong)
+    assert result["status"] == "failed" and result["max_rel_error"] > 0.1
+
+
+def test_error_is_normwise_relative_and_nan_positions_must_match():
+    ref = np.array([1.0, 100.0, np.nan], np.float32)
+    assert output_error(ref, ref.copy()) == 0.0
+    assert np.isclose(output_error(ref, np.array([1.0, 101.0, np.nan], np.float32)), 0.01)
+    assert output_error(ref, np.array([1.0, 100.0, 0.0], np.float32)) == float("inf")
+    assert output_error(np.array([1, 2]), np.array([1, 3])) == 1.0
