@@ -11,6 +11,7 @@ from typing import Any
 
 from costmodel.egraph_view import EClass, EGraphView, ENode
 from rewrites.params import ParamsTable
+from rewrites.terms import bits_float
 
 
 class ExtractionCycle(ValueError):
@@ -63,8 +64,9 @@ def node_equation(node: ENode, eclass: EClass, table: ParamsTable) -> tuple[str,
     raise ValueError(f"term {node.op} is not an equation")
 
 
-def wire_literal(value: float, dtype: str) -> dict[str, Any]:
+def wire_literal(bits: int, dtype: str) -> dict[str, Any]:
     """The wire form of a `Term.lit`: ints and bools as such, non-finite floats as strings."""
+    value = bits_float(bits)
     if dtype == "bool":
         return {"lit": bool(value), "dtype": dtype}
     if dtype.startswith(("int", "uint")):

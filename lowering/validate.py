@@ -2,7 +2,7 @@
 
 Both run under jax.jit on the same seeded random inputs; outputs are compared with a per-dtype
 tolerance on the normwise relative error (max |a - b| / max |reference|), nan and inf positions
-must match exactly. In `exact` fp mode the tolerance is zero: results must be bit-identical.
+must match exactly. In `exact` fp mode results must be bit-identical, signs of zero included.
 """
 from __future__ import annotations
 
@@ -49,6 +49,18 @@ def output_error(reference: np.ndarray, result: np.ndarray) -> float:
     return float(np.abs(ref64[finite] - res64[finite]).max() / scale)
 
 
+def bit_identical(reference: np.ndarray, result: np.ndarray) -> bool:
+    """Equal values, including the sign of zero; nan matches nan (XLA does not keep payloads)."""
+    ref, res = np.asarray(reference), np.asarray(result)
+    if ref.shape != res.shape or ref.dtype != res.dtype:
+        return False
+    if not np.issubdtype(ref.dtype, np.inexact):
+        return bool(np.array_equal(ref, res))
+    nan = np.isnan(ref)
+    return bool(np.array_equal(nan, np.isnan(res)) and np.array_equal(ref[~nan], res[~nan])
+                and np.array_equal(np.signbit(ref[~nan]), np.signbit(res[~nan])))
+
+
 def tolerance_for(dtype: str, fp_mode: str) -> float:
     return 0.0 if fp_mode == "exact" else TOLERANCE.get(dtype, 0.0)
 
@@ -65,5 +77,6 @@ def validate(original: dict[str, Any], optimized: dict[str, Any], fp_mode: str =
             error = output_error(ref, res)
             worst = max(worst, error)
             failed |= error > tolerance_for(str(np.asarray(ref).dtype), fp_mode)
+            failed |= fp_mode == "exact" and not bit_identical(ref, res)
     return {"status": "failed" if failed else "passed", "max_rel_error": worst, "trials": trials,
             "tolerance": {d: tolerance_for(d, fp_mode) for d in sorted(TOLERANCE)}}

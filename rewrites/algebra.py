@@ -1,10 +1,10 @@
 """Algebraic identities of elementwise arithmetic: units, involutions, inverse functions."""
 from __future__ import annotations
 
-from egglog import String, f64, i64, relation, rewrite, rule, var, vars_
+from egglog import String, i64, relation, rewrite, rule, var, vars_
 
 from rewrites.registry import Family
-from rewrites.terms import Term
+from rewrites.terms import Term, float_bits
 
 ALGEBRA = Family("algebra")
 
@@ -14,7 +14,7 @@ e, e2 = vars_("e e2", i64)
 
 
 def lit(value: float) -> Term:
-    return Term.lit(f64(value), d)
+    return Term.lit(i64(float_bits(value)), d)
 
 
 # x > 0 everywhere: the guard that makes exp(log x) = x true.

@@ -9,10 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from egglog import EGraph, Vec, set_, union
+from egglog import EGraph, Vec, i64, set_, union
 
 from rewrites.params import ParamsTable
-from rewrites.terms import BINARY_OPS, REDUCE_OPS, UNARY_OPS, Term, dtype, ivec, output, shape
+from rewrites.terms import (BINARY_OPS, REDUCE_OPS, UNARY_OPS, Term, dtype, float_bits, ivec, output, shape,
+                            weight_hi, weight_lo)
 
 
 @dataclass
@@ -92,11 +93,11 @@ for _op in REDUCE_OPS:
 
 
 def literal_term(lit: dict[str, Any]) -> Term:
-    return Term.lit(float(lit["lit"]), lit["dtype"])  # float() also reads "nan"/"inf"
+    return Term.lit(float_bits(float(lit["lit"])), lit["dtype"])  # float() also reads "nan"/"inf"
 
 
 def literal_roundtrips(lit: dict[str, Any]) -> bool:
-    """Integers beyond 2**53 do not survive the f64 in `Term.lit`; such eqns stay opaque."""
+    """Integers beyond 2**53 do not survive the double in `Term.lit`; such eqns stay opaque."""
     value = lit["lit"]
     return isinstance(value, (str, bool, float)) or (isinstance(value, int) and float(value) == value
                                                      and abs(value) <= 2**53)
@@ -151,6 +152,7 @@ def ingest(program: dict[str, Any]) -> LoadedProgram:
 
     for i, spec in enumerate([*program["inputs"], *program.get("consts", [])]):
         bind(spec["name"], Term.var(i), spec, f"x{i}")
+        analyses += [set_(weight_lo(env[spec["name"]])).to(i64(i)), set_(weight_hi(env[spec["name"]])).to(i64(i))]
     for i, eqn in enumerate(program["eqns"]):
         ins = eqn["in"]
         if all(isinstance(a, str) or literal_roundtrips(a) for a in ins):

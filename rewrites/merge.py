@@ -1,34 +1,23 @@
 """Multi-pattern merges (TASO/TENSAT style): two matmuls sharing their input become one."""
 from __future__ import annotations
 
-from egglog import String, Vec, eq, function, i64, rule, set_, union, var, vars_
+from egglog import String, Vec, eq, i64, rule, set_, union, var, vars_
 
 from rewrites.analysis import typed, zeros
 from rewrites.registry import Family
-from rewrites.terms import Term, dtype, ivec, shape
+from rewrites.terms import Term, dtype, ivec, shape, weight_hi, weight_lo
 
 MERGE = Family("merge")
-
-
-@function(merge=lambda old, new: old.min(new))
-def weight_lo(w: Term) -> i64: ...
-
-
-@function(merge=lambda old, new: old.max(new))
-def weight_hi(w: Term) -> i64: ...
 
 
 x, w1, w2, d1, d2 = vars_("x w1 w2 d1 d2", Term)
 sx, s1, s2 = vars_("sx s1 s2", Vec[i64])
 lo1, hi1, lo2, hi2 = vars_("lo1 hi1 lo2 hi2", i64)
-i = var("i", i64)
 e = var("e", i64)
 dt, dw = vars_("dt dw", String)
 
-# The ordering guard needs a total order on weights: program inputs are ordered by index and a
-# merged weight spans the indices of its parts, so each pair merges once, in one orientation.
-MERGE.add("weight-order-var", "exact",
-          rule(eq(w1).to(Term.var(i))).then(set_(weight_lo(w1)).to(i), set_(weight_hi(w1)).to(i)))
+# The ordering guard needs a total order on weights: program inputs are ordered by index (seeded
+# by ingest) and a merged weight spans the indices of its parts, so each pair merges once.
 
 
 def _rank(n: int) -> None:
@@ -44,6 +33,7 @@ def _rank(n: int) -> None:
               rule(eq(d1).to(mm(w1)), eq(d2).to(mm(w2)),
                    eq(sx).to(shape(x)), eq(sx.length()).to(i64(n)),
                    eq(s1).to(shape(w1)), eq(s2).to(shape(w2)),
+                   eq(s1.length()).to(i64(2)), eq(s2.length()).to(i64(2)),  # matrices: concat on dim 1
                    eq(hi1).to(weight_hi(w1)), eq(lo2).to(weight_lo(w2)), hi1 < lo2,
                    eq(lo1).to(weight_lo(w1)), eq(hi2).to(weight_hi(w2)),
                    eq(dt).to(dtype(d1)), eq(dw).to(dtype(w1)))

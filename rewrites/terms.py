@@ -7,7 +7,9 @@ sent never have to round-trip through egglog's printer.
 """
 from __future__ import annotations
 
-from egglog import Expr, String, StringLike, Vec, f64Like, function, i64, i64Like
+import struct
+
+from egglog import Expr, String, StringLike, Vec, function, i64, i64Like
 
 
 # Elementwise ops that map one array to one array of the same shape.
@@ -28,8 +30,9 @@ class Term(Expr):
         """Program input or constant number `index` (inputs first, then consts)."""
 
     @classmethod
-    def lit(cls, value: f64Like, dtype: StringLike) -> Term:
-        """A rank-0 literal."""
+    def lit(cls, bits: i64Like, dtype: StringLike) -> Term:
+        """A rank-0 literal, by the IEEE bits of its value as a double (egglog's f64 would
+        identify -0.0 with 0.0, and exact mode must keep the sign of zero)."""
 
     @classmethod
     def unary(cls, op: StringLike, x: Term, extra: i64Like) -> Term: ...
@@ -100,6 +103,16 @@ def dtype(x: Term) -> String:
     """Dtype analysis; same invariant as `shape`."""
 
 
+@function(merge=lambda old, new: old.min(new))
+def weight_lo(w: Term) -> i64:
+    """Lowest input index a (possibly merged) weight spans: the merge rules' ordering guard."""
+
+
+@function(merge=lambda old, new: old.max(new))
+def weight_hi(w: Term) -> i64:
+    """Highest input index a (possibly merged) weight spans."""
+
+
 @function
 def output(index: i64Like) -> Term:
     """Marks program output `index`; lets extraction find its roots in the serialized e-graph."""
@@ -108,3 +121,12 @@ def output(index: i64Like) -> Term:
 def ivec(values) -> Vec[i64]:
     """A Vec[i64] literal from Python ints."""
     return Vec[i64](*(i64(int(v)) for v in values))
+
+
+def float_bits(value: float) -> int:
+    """The bits of a double as a signed 64-bit integer (egglog's i64)."""
+    return struct.unpack("<q", struct.pack("<d", value))[0]
+
+
+def bits_float(bits: int) -> float:
+    return struct.unpack("<d", struct.pack("<q", bits))[0]

@@ -35,3 +35,10 @@ def test_error_is_normwise_relative_and_nan_positions_must_match():
     assert np.isclose(output_error(ref, np.array([1.0, 101.0, np.nan], np.float32)), 0.01)
     assert output_error(ref, np.array([1.0, 100.0, 0.0], np.float32)) == float("inf")
     assert output_error(np.array([1, 2]), np.array([1, 3])) == 1.0
+
+
+def test_exact_mode_sees_the_sign_of_zero():
+    from lowering.validate import bit_identical
+    assert bit_identical(np.array([0.0, np.nan]), np.array([0.0, np.nan]))
+    assert not bit_identical(np.array([0.0]), np.array([-0.0]))
+    assert output_error(np.array([0.0]), np.array([-0.0])) == 0.0  # real mode: equal numbers

@@ -1,0 +1,139 @@
+"""ALGEBRA: every rule is sound in float64, fires on its own, keeps float32 bits in exact mode
+(exact rules) or stays off in exact mode (real rules); goal and negative tests."""
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jax import lax
+
+from rewrites.algebra import ALGEBRA
+from rule_harness import (ANALYSIS_RULES, assert_rule_proves, RTOL, RuleCase, check_rule_numerics, one_shape,
+                          optimized_matches, proves_equal, random_args, rule_mode, seeds)
+from service.capture import capture
+from service.pipeline import optimize
+
+
+def _sided(draw_shape=one_shape(0, 4)):
+    """Unary draw plus which side the literal sits on (both patterns of a commutative unit)."""
+    return st.tuples(draw_shape, st.sampled_from(["right", "left"])).map(
+        lambda t: (t[0][0], {"side": t[1]}))
+
+
+CASES: dict[str, RuleCase] = {
+    "mul-one": RuleCase(lambda x, side: x * 1.0 if side == "right" else 1.0 * x,
+                        lambda x, side: x, _sided()),
+    "div-one": RuleCase(lambda x: x / 1.0, lambda x: x, one_shape(0, 4)),
+    "sub-zero": RuleCase(lambda x: x - 0.0, lambda x: x, one_shape(0, 4)),
+    "add-zero": RuleCase(lambda x, side: x + 0.0 if side == "right" else 0.0 + x,
+                         lambda x, side: x, _sided()),
+    "neg-neg": RuleCase(lambda x: -(-x), lambda x: x, one_shape(0, 4)),
+    "pow-one": RuleCase(lambda x: lax.integer_pow(x, 1), lambda x: x, one_shape(0, 4)),
+    "log-exp": RuleCase(lambda x: jnp.log(jnp.exp(x)), lambda x: x, one_shape(0, 4)),
+    # exp(x) is the operand known positive (positive-exp), so exp(log(exp x)) -> exp x.
+    "exp-log": RuleCase(lambda x: jnp.exp(jnp.log(jnp.exp(x))), lambda x: jnp.exp(x), one_shape(0, 4)),
+}
+EXACT = sorted(n for n in CASES if rule_mode(ALGEBRA, n) == "exact")
+REAL = sorted(n for n in CASES if rule_mode(ALGEBRA, n) == "real")
+
+
+def test_every_algebra_rule_has_a_case():
+    assert set(CASES) == set(ALGEBRA.names) - ANALYSIS_RULES
+    assert ANALYSIS_RULES & set(ALGEBRA.names) == {"positive-exp"}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@settings(max_examples=10, deadline=None)
+@given(data=st.data(), seed=seeds)
+def test_rule_is_sound_in_float64_and_proves_its_goal(name, data, seed):
+    case, mode = CASES[name], rule_mode(ALGEBRA, name)
+    arg_shapes, static = data.draw(case.draw)
+    lhs, rhs, _ = case.bind(static)
+    check_rule_numerics(lhs, rhs, random_args(seed, arg_shapes, np.float64), RTOL[mode])
+    args = random_args(seed, arg_shapes)
+    assert_rule_proves(name, ALGEBRA, case.goal(arg_shapes, static, args), mode)
+
+
+@pytest.mark.parametrize("name", EXACT)
+@settings(max_examples=3, deadline=None)
+@given(data=st.data(), seed=seeds)
+def test_exact_rule_keeps_float32_bits_through_the_pipeline(name, data, seed):
+    case = CASES[name]
+    arg_shapes, static = data.draw(case.draw)
+    args = random_args(seed, arg_shapes)
+    response = optimized_matches(case.lhs_program(arg_shapes, static, args), args, "exact", seed=seed)
+    assert name in response["report"]["rewrites"]
+    assert response["program"]["eqns"] == []  # the rhs of every algebra rule is its operand
+
+
+@pytest.mark.parametrize("name", REAL)
+@settings(max_examples=3, deadline=None)
+@given(data=st.data(), seed=seeds)
+def test_real_rule_fires_in_real_mode_only(name, data, seed):
+    case = CASES[name]
+    arg_shapes, static = data.draw(case.draw)
+    args = random_args(seed, arg_shapes)
+    exact = optimize(case.lhs_program(arg_shapes, static, args), options={"fp_mode": "exact"})
+    assert name not in exact["report"]["rewrites"]
+    real = optimized_matches(case.program_fn(static), args, "real", seed=seed)
+    assert name in real["report"]["rewrites"]
+    assert len(real["program"]["eqns"]) <= case.rhs_size(arg_shapes, static, args)
+
+
+# --- Goals ---------------------------------------------------------------------------------------
+
+X = random_args(0, [(3, 4)])
+
+
+def test_exp_log_exp_becomes_exp():
+    assert proves_equal(lambda x: jnp.exp(jnp.log(jnp.exp(x))), jnp.exp, X, [ALGEBRA])
+
+
+def test_times_one_plus_zero_becomes_x_in_real_mode():
+    assert proves_equal(lambda x: x * 1.0 + 0.0, lambda x: x, X, [ALGEBRA])
+
+
+def test_chain_of_exact_units_becomes_x_in_exact_mode():
+    goal = lambda x: -(-(lax.integer_pow((x * 1.0) / 1.0 - 0.0, 1)))
+    assert proves_equal(goal, lambda x: x, X, [ALGEBRA], "exact")
+    response = optimized_matches(goal, X, "exact")
+    assert response["program"]["eqns"] == []
+
+
+def test_units_apply_to_integer_arrays():
+    ints = [np.arange(12, dtype=np.int32).reshape(3, 4)]
+    assert proves_equal(lambda i: lax.div(i * 1, np.int32(1)) - 0, lambda i: i, ints, [ALGEBRA], "exact")
+
+
+# --- Negative goals ------------------------------------------------------------------------------
+
+def test_exp_log_of_unknown_sign_is_not_proven():
+    assert not proves_equal(lambda x: jnp.exp(jnp.log(x)), lambda x: x, X, [ALGEBRA])
+
+
+def test_add_zero_is_not_proven_in_exact_mode():
+    assert not proves_equal(lambda x: x + 0.0, lambda x: x, X, [ALGEBRA], "exact")
+    response = optimize(capture(lambda x: x + 0.0, *X), options={"fp_mode": "exact"})
+    assert "add-zero" not in response["report"]["rewrites"]
+    assert [e["op"] for e in response["program"]["eqns"]] == ["add"]
+
+
+def test_log_exp_is_not_proven_in_exact_mode():
+    assert not proves_equal(lambda x: jnp.log(jnp.exp(x)), lambda x: x, X, [ALGEBRA], "exact")
+
+
+def test_non_unit_literals_are_not_units():
+    for lhs in (lambda x: x * 2.0, lambda x: x / -1.0, lambda x: x - 1.0, lambda x: x + 1.0,
+                lambda x: lax.integer_pow(x, 2), lambda x: -x):
+        assert not proves_equal(lhs, lambda x: x, X, [ALGEBRA])
+
+
+def test_zero_minus_x_is_not_x():
+    assert not proves_equal(lambda x: 0.0 - x, lambda x: x, X, [ALGEBRA])
+
+
+def test_sub_negative_zero_is_not_x_in_exact_mode():
+    minus_neg_zero = lambda x: x - (-0.0)
+    assert not proves_equal(minus_neg_zero, lambda x: x, X, [ALGEBRA], "exact")

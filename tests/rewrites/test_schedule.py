@@ -1,0 +1,102 @@
+"""The saturation driver: named schedules, stop reasons under each budget, and rule reports that
+name family rules."""
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from rewrites.algebra import ALGEBRA
+from rewrites.ingest import ingest
+from rewrites.layout import LAYOUT
+from rewrites.matmul import MATMUL
+from rewrites.merge import MERGE
+from rewrites.schedule import ALL_FAMILIES, NO_RULES, SCHEDULES, Budget, saturate, term_enodes
+from rule_harness import ill_typed_nodes, random_args, saturate_program
+from service.capture import capture
+from service.pipeline import optimize
+
+FAMILY_RULES = {n for f in (ALGEBRA, LAYOUT, MATMUL, MERGE) for n in f.names}
+REAL_RULES = {r.name for f in ALL_FAMILIES for r in f.rules if r.mode == "real"}
+X = random_args(0, [(3, 4)])
+CHAIN = random_args(1, [(3, 5), (5, 4), (4, 6), (6, 2), (2, 7)])
+
+
+def run(fn, args, schedule=SCHEDULES["real"], **budget):
+    loaded = ingest(capture(fn, *args))
+    return loaded, saturate(loaded.egraph, schedule, Budget(**budget))
+
+
+def everything(x, w1, w2, w3, w4):
+    """Something for every family: units and inverses, a chain, a double transpose, a shared x."""
+    y = jnp.exp(jnp.log(jnp.exp(x @ w1))) * 1.0 + 0.0
+    return ((y @ w3) @ w4).T.T, x @ w2
+
+
+EVERYTHING_ARGS = random_args(2, [(3, 5), (5, 4), (5, 6), (4, 6), (6, 2)])
+
+
+def test_small_program_saturates():
+    _, report = run(lambda x: x.T.T * 1.0, X)
+    assert report.stop_reason == "saturated"
+    assert report.iterations < 12
+    assert {"transpose-transpose", "mul-one"} <= set(report.rules_fired)
+
+
+def test_iter_limit_stops_a_program_that_needs_more_iterations():
+    goal = lambda x: jnp.exp(jnp.log(jnp.exp(x)))
+    _, full = run(goal, X)
+    assert full.stop_reason == "saturated" and full.iterations >= 2
+    _, one = run(goal, X, iter_limit=1)
+    assert (one.stop_reason, one.iterations) == ("iter_limit", 1)
+    _, zero = run(goal, X, iter_limit=0)
+    assert (zero.stop_reason, zero.iterations, zero.rules_fired) == ("iter_limit", 0, {})
+
+
+def test_node_limit_stops_a_growing_egraph():
+    chain = lambda a, b, c, d, e: (((a @ b) @ c) @ d) @ e
+    loaded, report = run(chain, CHAIN, node_limit=12)
+    assert report.stop_reason == "node_limit"
+    assert report.enodes > 12 and report.enodes == term_enodes(loaded.egraph)
+    _, free = run(chain, CHAIN)
+    assert free.enodes > report.enodes
+
+
+def test_time_limit_is_checked_before_each_iteration():
+    _, report = run(lambda x: x.T.T, X, time_limit_s=0.0)
+    assert (report.stop_reason, report.iterations) == ("time_limit", 0)
+
+
+def test_rules_fired_are_family_rule_names_with_positive_counts():
+    _, report = run(everything, EVERYTHING_ARGS)
+    assert report.rules_fired and set(report.rules_fired) <= FAMILY_RULES
+    assert "unnamed" not in report.rules_fired
+    assert all(isinstance(v, int) and v > 0 for v in report.rules_fired.values())
+    assert {"log-exp", "mul-one", "add-zero", "matmul-assoc-right", "transpose-transpose",
+            "same-input-matmul-merge"} <= set(report.rules_fired)
+
+
+def test_full_schedule_keeps_every_enode_well_typed():
+    program = capture(everything, *EVERYTHING_ARGS)
+    result = saturate_program(program, ALL_FAMILIES, "real", budget=Budget())
+    assert result.report.stop_reason == "saturated"
+    assert not ill_typed_nodes(result)
+
+
+def test_exact_schedule_never_fires_a_real_rule():
+    _, report = run(everything, EVERYTHING_ARGS, SCHEDULES["exact"])
+    assert report.rules_fired and not set(report.rules_fired) & REAL_RULES
+
+
+def test_no_rules_schedule_changes_nothing():
+    loaded = ingest(capture(lambda x: x.T.T * 1.0 + 0.0, *X))
+    before = term_enodes(loaded.egraph)
+    report = saturate(loaded.egraph, NO_RULES, Budget())
+    assert (report.stop_reason, report.iterations, report.rules_fired) == ("saturated", 1, {})
+    assert report.enodes == before
+
+
+def test_pipeline_reports_the_stop_reason_of_its_budget():
+    goal = lambda x: jnp.exp(jnp.log(jnp.exp(x)))
+    limited = optimize(capture(goal, *X), options={"iter_limit": 1})
+    assert limited["report"]["egraph"]["stop_reason"] == "iter_limit"
+    full = optimize(capture(goal, *X))
+    assert full["report"]["egraph"]["stop_reason"] == "saturated"
