@@ -9,7 +9,7 @@ import math
 from typing import Any, Literal, Union
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 FORMAT = "optu.jaxpr/v1"
 
@@ -34,11 +34,31 @@ class WireError(ValueError):
         return {"eqn": self.eqn, "field": self.field, "message": self.message}
 
 
+def _finite_only(value: Any, where: str) -> Any:
+    """JSON has no NaN/Infinity; Python's parser accepts them anyway. The wire format spells
+    non-finite floats as strings, so a bare token is refused rather than silently re-spelled."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{where}: bare {value!r} is not JSON; write non-finite floats as "
+                         f'"nan"/"inf"/"-inf" (literals) or {{"float": "nan"}} (params)')
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _finite_only(v, f"{where}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _finite_only(v, f"{where}[{i}]")
+    return value
+
+
 class WireLiteral(BaseModel):
     """A scalar constant operand; `lit` is interpreted in `dtype` (weak types are not kept)."""
 
     lit: Union[bool, int, float, str]
     dtype: str
+
+    @field_validator("lit")
+    @classmethod
+    def _finite(cls, v: Any) -> Any:
+        return _finite_only(v, "lit")
 
 
 class TensorSpec(BaseModel):
@@ -63,6 +83,11 @@ class WireEqn(BaseModel):
     in_: list[Union[str, WireLiteral]] = Field(alias="in")
     out: list[TensorSpec]
     params: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("params")
+    @classmethod
+    def _finite(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return _finite_only(v, "params")
 
 
 class WireProgram(BaseModel):

@@ -35,6 +35,38 @@ _NONE_DEFAULTS: dict[str, tuple[str, ...]] = {
 }
 
 
+def _is_precision(v: Any) -> bool:
+    one = lambda x: x is None or isinstance(x, (lax.Precision, lax.DotAlgorithm, lax.DotAlgorithmPreset))
+    return one(v) or (isinstance(v, tuple) and len(v) == 2 and all(isinstance(x, lax.Precision) for x in v))
+
+
+def _is_dtype_or_none(v: Any) -> bool:
+    return v is None or isinstance(v, np.dtype)
+
+
+# Params that JAX forwards to XLA without checking their type: a wrong type there aborts the
+# whole process (e.g. precision=true -> "LLVM ERROR: Invalid value"), so the wire checks them.
+_PARAM_CHECKS: dict[str, tuple[Any, str]] = {
+    "precision": (_is_precision, "null, a Precision enum, or a pair of them"),
+    "preferred_element_type": (_is_dtype_or_none, 'null or {"dtype": ...}'),
+    "out_dtype": (_is_dtype_or_none, 'null or {"dtype": ...}'),
+    "new_dtype": (lambda v: isinstance(v, np.dtype), '{"dtype": ...}'),
+}
+
+
+_DTYPE_PARAMS = frozenset(["preferred_element_type", "out_dtype", "new_dtype"])
+
+
+def _checked(prim: str, key: str, value: Any) -> Any:
+    if key in _DTYPE_PARAMS and isinstance(value, str):  # DESIGN.md's short form: "float32"
+        value = parse_dtype(value, field=f"params.{key}")
+    check = _PARAM_CHECKS.get(key)
+    if check is not None and not check[0](value):
+        raise WireError(f"primitive {prim!r}: param {key!r} must be {check[1]}, got {value!r:.80}",
+                        field=f"params.{key}")
+    return value
+
+
 def encode_params(prim_name: str, params: dict[str, Any]) -> dict[str, Any]:
     """JSON-safe form of one equation's params; raises WireError for values with no encoding."""
     return {k: _encode(v, prim_name, k) for k, v in params.items()}
@@ -45,7 +77,7 @@ def decode_params(prim_name: str, params: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(params, dict):
         raise WireError(f"params of {prim_name} must be an object", field="params")
     defaults = dict.fromkeys(_NONE_DEFAULTS.get(prim_name, ()))
-    return defaults | {k: _decode(v, prim_name, k) for k, v in params.items()}
+    return defaults | {k: _checked(prim_name, k, _decode(v, prim_name, k)) for k, v in params.items()}
 
 
 def _encode(v: Any, prim: str, key: str) -> Any:

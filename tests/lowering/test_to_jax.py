@@ -162,3 +162,16 @@ def test_garbage_equations_only_raise_wire_errors(eqns, keep):
         typecheck(prog)
     except WireError as err:
         assert isinstance(err.to_dict()["message"], str)
+
+
+@pytest.mark.parametrize("bad", [True, 0, "HIGHEST", [1, 2]])
+def test_ill_typed_precision_is_rejected_before_it_reaches_xla(bad):
+    # precision=true once passed type-checking and then aborted the process inside XLA.
+    from service.capture import capture
+
+    program = capture(lambda a, b: a @ b, np.ones((2, 3), np.float32), np.ones((3, 4), np.float32))
+    broken = copy.deepcopy(program)
+    broken["eqns"][0]["params"]["precision"] = bad
+    with pytest.raises(WireError) as err:
+        typecheck(broken)
+    assert (err.value.eqn, err.value.field) == (0, "params.precision")

@@ -1,0 +1,174 @@
+"""The HTTP boundary: FastAPI routes over `service.pipeline`, body-size limit, and the error mapping
+that turns every client mistake into a 4xx (see DESIGN.md "HTTP API")."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import jax
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from pydantic_core import to_json
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from costmodel.profile import ProfileError, list_profiles, load_profile
+from service import pipeline
+from service.api_models import (HardwareSummary, OptimizeRequest, OptimizeResponse, UnknownHardware,
+                                count_equations, error_status, resolve_hardware)
+from service.settings import Settings, get_settings
+from service.wire import FORMAT, WireError
+
+
+class BodySizeLimit:
+    """Reject bodies over `max_bytes` with 413 before anything parses them: the declared
+    Content-Length first, then the bytes actually received (chunked bodies declare nothing)."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int):
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await self._too_large(scope, receive, send, f"{int(declared)} bytes")
+            return
+        body = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            if len(body) > self.max_bytes:
+                await self._too_large(scope, receive, send, f"at least {len(body)} bytes")
+                return
+            if not message.get("more_body", False):
+                break
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": bytes(body), "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send, size: str) -> None:
+        detail = f"request body of {size} exceeds the limit of {self.max_bytes} bytes (OPTU_MAX_BODY_BYTES)"
+        await JSONResponse({"detail": detail}, status_code=413)(scope, receive, send)
+
+
+def settings_of(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    """400 for a body that is not JSON or speaks another format version; 422 for the rest."""
+    for err in exc.errors():
+        if err["type"] == "json_invalid":
+            reason = err.get("ctx", {}).get("error", "JSON decode error")
+            return JSONResponse({"detail": f"malformed JSON body: {reason} at {list(err['loc'][1:])}"},
+                                status_code=400)
+        kind = request.headers.get("content-type", "none")
+        if tuple(err["loc"]) == ("body",) and "json" not in kind:
+            # FastAPI does not parse a body whose Content-Type is not JSON; it arrives as bytes.
+            return JSONResponse({"detail": f"request body must be JSON sent with Content-Type: "
+                                           f"application/json (got {kind})"}, status_code=400)
+        if tuple(err["loc"]) == ("body", "program", "format") and err["type"] == "literal_error":
+            return JSONResponse({"detail": f"unknown format version {err.get('input')!r}; "
+                                           f"this server speaks {FORMAT!r}"}, status_code=400)
+    # Echoed inputs may be NaN/Infinity (Python's json accepts them) or exceptions; render
+    # them as null/strings so reporting a bad request can never itself fail.
+    detail = json.loads(to_json(exc.errors(), serialize_unknown=True, inf_nan_mode="null"))
+    return JSONResponse({"detail": detail}, status_code=422)
+
+
+async def _client_error(request: Request, exc: Exception) -> JSONResponse:
+    status, detail = error_status(exc)
+    return JSONResponse({"detail": detail}, status_code=status)
+
+
+async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
+    # Starlette re-raises after this handler, so the server logs the traceback once.
+    return JSONResponse({"detail": f"internal error: {type(exc).__name__}"}, status_code=500)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    app = FastAPI(title="optu-eqsat", version=pipeline.VERSION,
+                  description="Equality-saturation optimizer for JAX programs targeting an OPTU.")
+    app.state.settings = settings
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    # Raised by the pipeline or hardware resolution: the client's mistake, mapped in one place.
+    for exc_type in (WireError, ProfileError, UnknownHardware, ValidationError):
+        app.add_exception_handler(exc_type, _client_error)
+    app.add_exception_handler(Exception, _internal_error)
+    _add_routes(app)
+    return app
+
+
+def _add_routes(app: FastAPI) -> None:
+    @app.post("/v1/optimize", response_model=OptimizeResponse, tags=["optimize"],
+              responses={400: {"description": "malformed JSON or unknown format version"},
+                         404: {"description": "unknown hardware profile name"},
+                         413: {"description": "body larger than OPTU_MAX_BODY_BYTES"},
+                         422: {"description": "program does not type-check (eqn, field, message), "
+                                              "too many equations, or invalid options/hardware"}})
+    def optimize(body: OptimizeRequest, settings: Settings = Depends(settings_of)) -> Any:
+        # The pipeline sees exactly the JSON a client sent (aliases, literal objects), so the
+        # in-process client and HTTP produce the same request id and result.
+        program = body.program.model_dump(mode="json", by_alias=True)
+        n_eqns = count_equations(program)
+        if n_eqns > settings.max_equations:
+            raise HTTPException(422, {"eqn": None, "field": "program.eqns",
+                                      "message": f"program has {n_eqns} equations; the limit is "
+                                                 f"{settings.max_equations} (OPTU_MAX_EQUATIONS)"})
+        hardware = resolve_hardware(body.hardware, settings.default_hardware)
+        return pipeline.optimize(program, hardware, body.options)
+
+    @app.get("/v1/hardware", response_model=list[HardwareSummary], tags=["hardware"])
+    def hardware_list() -> list[HardwareSummary]:
+        return [HardwareSummary(name=n, description=load_profile(n).description) for n in list_profiles()]
+
+    @app.get("/v1/hardware/{name}", tags=["hardware"], responses={404: {"description": "unknown name"}})
+    def hardware_profile(name: str) -> dict[str, Any]:
+        if name not in list_profiles():
+            raise UnknownHardware(name)
+        return load_profile(name).model_dump()
+
+    @app.get("/healthz", tags=["ops"])
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["ops"])
+    def readyz(settings: Settings = Depends(settings_of)) -> JSONResponse:
+        # Ready means a request could be served: the default profile loads and JAX has a backend.
+        try:
+            load_profile(settings.default_hardware)
+            backend = jax.default_backend()
+        except Exception as exc:  # any failure here means "not ready", reported, never raised
+            return JSONResponse({"status": "not ready", "reason": f"{type(exc).__name__}: {exc}"},
+                                status_code=503)
+        return JSONResponse({"status": "ready", "default_hardware": settings.default_hardware,
+                             "backend": backend})
+
+
+app = create_app()
+
+
+def main() -> None:
+    import uvicorn
+
+    settings = get_settings()
+    uvicorn.run(app, host=settings.host, port=settings.port)
+
+
+if __name__ == "__main__":
+    main()

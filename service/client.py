@@ -1,0 +1,239 @@
+"""Python client: `optimize` a JAX function once, or wrap it with the `jax.jit`-like `jit` that
+optimizes once per input signature, in-process or through a server (DESIGN.md "Python client")."""
+from __future__ import annotations
+
+import functools
+import json
+import threading
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable, Sequence
+
+import httpx
+import jax
+
+from lowering.to_jax import program_to_callable
+from service.api_models import (OptimizeResponse, count_equations, error_status,
+                                resolve_hardware)
+from service.capture import capture_with_trees
+from service.settings import get_settings
+
+DEFAULT_HARDWARE = "optu-v1"
+
+
+class OptimizeError(RuntimeError):
+    """Optimization failed: `status` is the HTTP status (the same codes in-process; None when no
+    answer came back, e.g. the server is unreachable or validation failed) and `detail` the reason."""
+
+    def __init__(self, message: str, *, status: int | None = None, detail: Any = None):
+        super().__init__(message)
+        self.status = status
+        self.detail = detail
+
+
+@dataclass
+class OptimizeResult:
+    """One optimization. The dict attributes are exactly the JSON response's fields."""
+
+    response: dict[str, Any]
+    fn: Callable[..., Any] = field(repr=False)
+
+    @property
+    def program(self) -> dict[str, Any]:
+        return self.response["program"]
+
+    @property
+    def kernels(self) -> list[dict[str, Any]]:
+        return self.response["kernels"]
+
+    @property
+    def estimate(self) -> dict[str, Any]:
+        return self.response["estimate"]
+
+    @property
+    def validation(self) -> dict[str, Any]:
+        return self.response["validation"]
+
+    @property
+    def report(self) -> dict[str, Any]:
+        return self.response["report"]
+
+
+def optimize_program(program: dict[str, Any], *, server: str | None = None,
+                     hardware: str | dict | None = DEFAULT_HARDWARE, timeout: float = 120,
+                     options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The /v1/optimize response for a wire program: POSTed to `server`, or run in-process."""
+    body = {"program": program, "hardware": hardware, "options": options or None}
+    if server is not None:
+        return _post(server, body, timeout)
+    from service import pipeline  # in-process only: keeps the HTTP-only client light to import
+
+    # Through JSON, as a server would see it, so both paths optimize identical data.
+    body = json.loads(json.dumps(body))
+    settings = get_settings()
+    n_eqns = count_equations(body["program"])
+    if n_eqns > settings.max_equations:
+        detail = {"eqn": None, "field": "program.eqns", "message": f"program has {n_eqns} "
+                  f"equations; the limit is {settings.max_equations} (OPTU_MAX_EQUATIONS)"}
+        raise OptimizeError(f"optimize failed (422): {detail}", status=422, detail=detail)
+    try:
+        resolved = resolve_hardware(body["hardware"], settings.default_hardware)
+        raw = pipeline.optimize(body["program"], resolved, body["options"])
+    except Exception as exc:
+        mapped = error_status(exc)
+        if mapped is None:
+            raise
+        raise OptimizeError(f"optimize failed ({mapped[0]}): {mapped[1]}", status=mapped[0],
+                            detail=mapped[1]) from exc
+    # The same serialisation the server applies to its response model (non-finite floats -> null).
+    return json.loads(OptimizeResponse.model_validate(raw).model_dump_json())
+
+
+def _post(server: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+    url = server.rstrip("/") + "/v1/optimize"
+    try:
+        reply = httpx.post(url, json=body, timeout=timeout)
+    except httpx.HTTPError as exc:
+        raise OptimizeError(f"cannot reach {url}: {type(exc).__name__}: {exc}") from exc
+    if reply.status_code != 200:
+        try:
+            detail = reply.json().get("detail")
+        except (ValueError, AttributeError):
+            detail = reply.text
+        raise OptimizeError(f"optimize failed ({reply.status_code}): {detail}",
+                            status=reply.status_code, detail=detail)
+    return reply.json()
+
+
+def _build(program: dict[str, Any], in_tree: Any, out_tree: Any) -> Callable[..., Any]:
+    """A jitted callable over the pytree arguments `in_tree` describes, running `program`."""
+    run = program_to_callable(program)
+
+    def call(*args: Any) -> Any:
+        leaves, tree = jax.tree_util.tree_flatten(args)
+        if tree != in_tree:
+            raise TypeError(f"expected arguments structured as {in_tree}, got {tree}")
+        return jax.tree_util.tree_unflatten(out_tree, run(*leaves))
+
+    return jax.jit(call)
+
+
+def optimize(fn: Callable[..., Any], *args: Any, server: str | None = None,
+             hardware: str | dict | None = DEFAULT_HARDWARE, weight_argnums: Sequence[int] = (),
+             timeout: float = 120, **options: Any) -> OptimizeResult:
+    """Capture `fn` at `args`, optimize it, and return the result with `.fn` taking the same
+    pytree arguments as `fn`. `options` are OptimizeOptions fields (validate=, fp_mode=, ...)."""
+    program, in_tree, out_tree = capture_with_trees(fn, *args, weight_argnums=weight_argnums)
+    response = optimize_program(program, server=server, hardware=hardware, timeout=timeout,
+                                options=options)
+    return OptimizeResult(response=response, fn=_build(response["program"], in_tree, out_tree))
+
+
+class OptimizedFunction:
+    """What `jit` returns: one optimization per input signature, cached on the wrapper."""
+
+    def __init__(self, fn: Callable[..., Any], *, server: str | None, hardware: str | dict | None,
+                 static_argnums: Sequence[int], static_argnames: Sequence[str],
+                 weight_argnums: Sequence[int], on_error: str, options: dict[str, Any]):
+        if on_error not in ("fallback", "raise"):
+            raise ValueError(f"on_error must be 'fallback' or 'raise', not {on_error!r}")
+        functools.update_wrapper(self, fn)
+        self._fn = fn
+        self._server, self._hardware, self._options = server, hardware, options
+        self._static_argnums = tuple(static_argnums)
+        self._static_argnames = tuple(static_argnames)
+        self._weight_argnums = tuple(weight_argnums)
+        self._on_error = on_error
+        # signature -> (optimized callable, its result), or (None, None) after a fallback
+        self._cache: dict[Hashable, tuple[Callable[..., Any] | None, OptimizeResult | None]] = {}
+        self._lock = threading.Lock()
+        self.last_result: OptimizeResult | None = None
+
+    @functools.cached_property
+    def _fallback(self) -> Callable[..., Any]:
+        return jax.jit(self._fn, static_argnums=self._static_argnums,
+                       static_argnames=self._static_argnames)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        static_pos = {i % len(args) for i in self._static_argnums if -len(args) <= i < len(args)}
+        statics = tuple((i, args[i]) for i in sorted(static_pos)) \
+            + tuple((k, kwargs[k]) for k in sorted(kwargs) if k in self._static_argnames)
+        dyn_args = tuple(a for i, a in enumerate(args) if i not in static_pos)
+        dyn_kwargs = {k: v for k, v in kwargs.items() if k not in self._static_argnames}
+        leaves, tree = jax.tree_util.tree_flatten((dyn_args, dyn_kwargs))
+        key = (tree, tuple(str(jax.typeof(x)) for x in leaves), statics)
+        try:
+            hash(key)
+        except TypeError as exc:
+            raise ValueError(f"static arguments must be hashable, as for jax.jit: {exc}") from None
+        with self._lock:
+            if key not in self._cache:
+                self._cache[key] = self._compile(args, kwargs, static_pos, dyn_args, dyn_kwargs)
+            compiled, self.last_result = self._cache[key]
+        if self.last_result is None:
+            return self._fallback(*args, **kwargs)
+        return compiled(dyn_args, dyn_kwargs)
+
+    def _compile(self, args: tuple, kwargs: dict, static_pos: set[int], dyn_args: tuple,
+                 dyn_kwargs: dict) -> tuple[Callable[..., Any] | None, OptimizeResult | None]:
+        def traced(d_args: tuple, d_kwargs: dict) -> Any:
+            it = iter(d_args)
+            full = [args[i] if i in static_pos else next(it) for i in range(len(args))]
+            return self._fn(*full, **{**kwargs, **d_kwargs})
+
+        # weight_argnums count positions of the original call; the captured args are (dyn, kw).
+        dyn_positions = [i for i in range(len(args)) if i not in static_pos]
+        weights = {dyn_positions.index(i % len(args)) for i in self._weight_argnums
+                   if -len(args) <= i < len(args) and i % len(args) in dyn_positions}
+        try:
+            result = _optimize_split(traced, dyn_args, dyn_kwargs, weights, self._server,
+                                     self._hardware, self._options)
+            if result.validation.get("status") == "failed":
+                raise OptimizeError("the optimized program failed validation",
+                                    detail=result.validation)
+        except Exception as exc:  # "fallback" means the optimizer can never break the user's code
+            if self._on_error == "raise":
+                raise
+            warnings.warn(f"optu: optimizing {getattr(self._fn, '__name__', self._fn)!r} failed, "
+                          f"running plain jax.jit instead: {exc}", RuntimeWarning, stacklevel=3)
+            return None, None
+        return result.fn, result
+
+
+def _optimize_split(traced: Callable[..., Any], dyn_args: tuple, dyn_kwargs: dict,
+                    weights: set[int], server: str | None, hardware: str | dict | None,
+                    options: dict[str, Any]) -> OptimizeResult:
+    """`optimize` of traced(dyn_args, dyn_kwargs), marking the leaves of weight args as weights.
+
+    Weights are nested one level down (inside dyn_args), so roles are set on the captured program
+    rather than through capture's top-level weight_argnums."""
+    program, in_tree, out_tree = capture_with_trees(traced, dyn_args, dyn_kwargs)
+    sizes = [len(jax.tree_util.tree_leaves(a)) for a in dyn_args]
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    for i in weights:
+        for spec in program["inputs"][starts[i]:starts[i] + sizes[i]]:
+            spec["role"] = "weight"
+    response = optimize_program(program, server=server, hardware=hardware, options=options)
+    return OptimizeResult(response=response, fn=_build(response["program"], in_tree, out_tree))
+
+
+def jit(fn: Callable[..., Any] | None = None, *, server: str | None = None,
+        hardware: str | dict | None = DEFAULT_HARDWARE, static_argnums: int | Sequence[int] = (),
+        static_argnames: str | Sequence[str] = (), weight_argnums: int | Sequence[int] = (),
+        on_error: str = "fallback", **options: Any) -> Any:
+    """Like `jax.jit`, but each new input signature is captured, optimized and validated first.
+
+    Usable as `jit(f)`, `@jit` or `@jit(server=..., static_argnums=...)`; `options` are
+    OptimizeOptions fields. `.last_result` holds the OptimizeResult of the last call's signature
+    (None when that signature fell back to plain jax.jit)."""
+    def as_tuple(v: Any) -> tuple:
+        return (v,) if isinstance(v, (int, str)) else tuple(v)
+
+    def wrap(f: Callable[..., Any]) -> OptimizedFunction:
+        return OptimizedFunction(f, server=server, hardware=hardware,
+                                 static_argnums=as_tuple(static_argnums),
+                                 static_argnames=as_tuple(static_argnames),
+                                 weight_argnums=as_tuple(weight_argnums), on_error=on_error,
+                                 options=options)
+
+    return wrap if fn is None else wrap(fn)

@@ -1,0 +1,173 @@
+"""The Python client end to end: `optimize` over real HTTP and in-process on every zoo model, and
+the `jax.jit`-like `jit` wrapper (pytrees, static args, per-signature cache, fallback)."""
+from __future__ import annotations
+
+import socket
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
+from service.client import OptimizeError, jit, optimize
+
+ESTIMATES = {"naive", "baseline", "optimized", "speedup_vs_baseline", "lower_bound"}
+
+
+def assert_same_outputs(got, expected):
+    assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(expected)
+    for g, e in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(expected)):
+        g, e = np.asarray(g), np.asarray(e)
+        assert (g.shape, g.dtype) == (e.shape, e.dtype)
+        if np.issubdtype(e.dtype, np.floating):
+            # The optimizer may reassociate sums, so float32 agrees to rounding, not bits.
+            np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-6)
+        else:
+            np.testing.assert_array_equal(g, e)
+
+
+@pytest.fixture(scope="module")
+def http_results(server_url):
+    results = {}
+    for name, make in ZOO.items():
+        fn, args = make()
+        results[name] = optimize(fn, *args, server=server_url, weight_argnums=WEIGHT_ARGNUMS[name])
+    return results
+
+
+@pytest.mark.parametrize("name", sorted(ZOO))
+def test_every_zoo_model_optimizes_over_http_and_matches_the_original(http_results, name):
+    fn, args = ZOO[name]()
+    res = http_results[name]
+    assert res.validation["status"] == "passed"
+    assert ESTIMATES <= set(res.estimate) and res.estimate["speedup_vs_baseline"] >= 1.0 - 1e-9
+    assert res.kernels and res.report["egraph"]["enodes"] > 0
+    assert res.program == res.response["program"]
+    assert_same_outputs(res.fn(*args), fn(*args))
+
+
+@pytest.mark.parametrize("name", sorted(ZOO))
+def test_in_process_gives_the_same_program_and_estimate_as_http(http_results, name):
+    fn, args = ZOO[name]()
+    res = optimize(fn, *args, weight_argnums=WEIGHT_ARGNUMS[name])
+    assert res.validation["status"] == "passed"
+    assert res.program == http_results[name].program
+    assert res.estimate == http_results[name].estimate
+    assert res.response["id"] == http_results[name].response["id"]
+    assert_same_outputs(res.fn(*args), fn(*args))
+
+
+def test_http_errors_raise_optimize_error_with_status_and_detail(server_url):
+    with pytest.raises(OptimizeError) as err:
+        optimize(jnp.sin, np.ones(3, np.float32), server=server_url, hardware="nope")
+    assert err.value.status == 404 and "'nope'" in err.value.detail
+    with pytest.raises(OptimizeError) as err:
+        optimize(jnp.sin, np.ones(3, np.float32), server=server_url, fp_mode="fast")
+    assert err.value.status == 422 and err.value.detail[0]["loc"][-1] == "fp_mode"
+
+
+def test_in_process_errors_use_the_same_statuses():
+    with pytest.raises(OptimizeError) as err:
+        optimize(jnp.sin, np.ones(3, np.float32), hardware="nope")
+    assert err.value.status == 404
+    with pytest.raises(OptimizeError) as err:
+        optimize(jnp.sin, np.ones(3, np.float32), fp_mode="fast")
+    assert err.value.status == 422
+
+
+def _closed_port_url() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_jit_takes_pytrees_and_static_args_and_optimizes_once_per_signature(server_url):
+    traces = []
+
+    @jit(server=server_url, static_argnums=(1,), weight_argnums=(2,))
+    def f(inputs, power, w):
+        traces.append(power)
+        h = inputs["x"] @ w
+        return h ** power, (inputs["y"] * 2).astype(jnp.int32).sum()
+
+    x, y = np.ones((4, 8), np.float32), np.arange(6, dtype=np.float32)
+    w = np.full((8, 3), 0.5, np.float32)
+    expected = jax.jit(f.__wrapped__, static_argnums=1)({"x": x, "y": y}, 2, w)
+    traces.clear()
+    out = f({"x": x, "y": y}, 2, w)
+    assert isinstance(out, tuple) and len(out) == 2
+    assert_same_outputs(out, expected)
+    first = f.last_result
+    assert first.validation["status"] == "passed" and ESTIMATES <= set(first.estimate)
+    assert [s["role"] for s in first.program["inputs"]] == ["activation", "activation", "weight"]
+
+    f({"x": x + 1, "y": y}, 2, w)  # same signature: no new optimization
+    assert traces == [2] and f.last_result is first
+    f({"x": x, "y": y}, 3, w)  # new static value
+    f({"x": np.ones((5, 8), np.float32), "y": y}, 2, w)  # new shape
+    assert traces == [2, 3, 2] and f.last_result is not first
+    f({"x": x, "y": y}, 2, w)
+    assert f.last_result is first
+
+
+def test_jit_works_as_a_bare_decorator_in_process_with_static_argnames():
+    @jit
+    def scale(a, b):
+        return a * 3 + b
+
+    a = np.arange(4, dtype=np.float32)
+    np.testing.assert_allclose(scale(a, a), a * 4)
+    assert scale.__name__ == "scale" and scale.last_result.validation["status"] == "passed"
+
+    g = jit(lambda a, *, mode: a.sum() if mode == "sum" else a.max(), static_argnames="mode")
+    assert float(g(a, mode="sum")) == 6.0 and float(g(a, mode="max")) == 3.0
+
+
+def test_jit_falls_back_with_a_warning_when_the_server_is_unreachable():
+    f = jit(lambda a: jnp.tanh(a) * 2, server=_closed_port_url())
+    a = np.linspace(-1, 1, 5, dtype=np.float32)
+    with pytest.warns(RuntimeWarning, match="plain jax.jit"):
+        out = f(a)
+    np.testing.assert_allclose(out, np.tanh(a) * 2, rtol=1e-6)
+    assert f.last_result is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the failure is cached per signature: warned once
+        f(a)
+
+
+def test_jit_on_error_raise_raises():
+    f = jit(lambda a: a + 1, server=_closed_port_url(), on_error="raise")
+    with pytest.raises(OptimizeError, match="cannot reach"):
+        f(np.ones(2, np.float32))
+    with pytest.raises(OptimizeError) as err:
+        jit(lambda a: a + 1, hardware="nope", on_error="raise")(np.ones(2, np.float32))
+    assert err.value.status == 404
+
+
+def test_cli_optimize_prints_a_summary_or_the_whole_response(tmp_path, capsys, server_url):
+    import json
+
+    from service.capture import capture
+    from service.cli import main
+
+    fn, args = ZOO["matmul_chain"]()
+    path = tmp_path / "program.json"
+    path.write_text(json.dumps(capture(fn, *args, weight_argnums=WEIGHT_ARGNUMS["matmul_chain"])))
+    assert main(["optimize", str(path)]) == 0
+    summary = capsys.readouterr().out
+    assert "speedup" in summary and "validation    passed" in summary and "kernels" in summary
+    assert main(["optimize", str(path), "--server", server_url, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["validation"]["status"] == "passed"
+    assert main(["optimize", str(path), "--hardware", "nope"]) == 1
+    assert "'nope'" in capsys.readouterr().err
+
+
+def test_cli_hardware_lists_profiles_locally_and_from_a_server(capsys, server_url):
+    from service.cli import main
+
+    assert main(["hardware"]) == 0
+    local = capsys.readouterr().out
+    assert main(["hardware", "--server", server_url]) == 0
+    assert capsys.readouterr().out == local and "optu-v1" in local
