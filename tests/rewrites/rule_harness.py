@@ -348,3 +348,38 @@ def one_shape(min_rank: int = 1, max_rank: int = 4) -> st.SearchStrategy:
 
 
 seeds = st.integers(0, 2**32 - 1)
+
+
+# --- The per-rule checks every family's test file runs -------------------------------------------
+
+def check_sound_and_proven(family: Family, name: str, case: RuleCase, data, seed: int) -> None:
+    """Both sides agree in float64 within the rule's mode tolerance, and the rule alone proves them
+    equal in the e-graph."""
+    mode = rule_mode(family, name)
+    arg_shapes, static = data.draw(case.draw)
+    lhs, rhs, _ = case.bind(static)
+    check_rule_numerics(lhs, rhs, random_args(seed, arg_shapes, np.float64), RTOL[mode])
+    assert_rule_proves(name, family, case.goal(arg_shapes, static, random_args(seed, arg_shapes)), mode)
+
+
+def check_exact_keeps_bits(name: str, case: RuleCase, data, seed: int) -> tuple[dict, int]:
+    """An exact rule fires in exact mode and the result is bit-identical in float32; returns the
+    response and the size of the rule's right-hand side."""
+    arg_shapes, static = data.draw(case.draw)
+    args = random_args(seed, arg_shapes)
+    response = optimized_matches(case.lhs_program(arg_shapes, static, args), args, "exact", seed=seed)
+    assert name in response["report"]["rewrites"]
+    return response, case.rhs_size(arg_shapes, static, args)
+
+
+def check_real_only(family: Family, name: str, case: RuleCase, data, seed: int) -> tuple[dict, int]:
+    """A real-arithmetic rule proves nothing and never fires in exact mode, fires in real mode, and
+    the real-mode result matches the original; returns the real response and the rhs size."""
+    arg_shapes, static = data.draw(case.draw)
+    args = random_args(seed, arg_shapes)
+    assert not proves_equal(*case.bind(static)[:2], args, [family], "exact")
+    exact = optimize(case.lhs_program(arg_shapes, static, args), options={"fp_mode": "exact"})
+    assert name not in exact["report"]["rewrites"]
+    real = optimized_matches(case.program_fn(static), args, "real", seed=seed)
+    assert name in real["report"]["rewrites"]
+    return real, case.rhs_size(arg_shapes, static, args)

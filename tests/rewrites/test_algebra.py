@@ -8,10 +8,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax import lax
+from rule_harness import (
+    ANALYSIS_RULES,
+    RuleCase,
+    check_exact_keeps_bits,
+    check_real_only,
+    check_sound_and_proven,
+    one_shape,
+    optimized_matches,
+    proves_equal,
+    random_args,
+    rule_mode,
+    seeds,
+)
 
 from rewrites.algebra import ALGEBRA
-from rule_harness import (ANALYSIS_RULES, assert_rule_proves, RTOL, RuleCase, check_rule_numerics, one_shape,
-                          optimized_matches, proves_equal, random_args, rule_mode, seeds)
 from service.capture import capture
 from service.pipeline import optimize
 
@@ -48,23 +59,14 @@ def test_every_algebra_rule_has_a_case():
 @settings(max_examples=10, deadline=None)
 @given(data=st.data(), seed=seeds)
 def test_rule_is_sound_in_float64_and_proves_its_goal(name, data, seed):
-    case, mode = CASES[name], rule_mode(ALGEBRA, name)
-    arg_shapes, static = data.draw(case.draw)
-    lhs, rhs, _ = case.bind(static)
-    check_rule_numerics(lhs, rhs, random_args(seed, arg_shapes, np.float64), RTOL[mode])
-    args = random_args(seed, arg_shapes)
-    assert_rule_proves(name, ALGEBRA, case.goal(arg_shapes, static, args), mode)
+    check_sound_and_proven(ALGEBRA, name, CASES[name], data, seed)
 
 
 @pytest.mark.parametrize("name", EXACT)
 @settings(max_examples=3, deadline=None)
 @given(data=st.data(), seed=seeds)
 def test_exact_rule_keeps_float32_bits_through_the_pipeline(name, data, seed):
-    case = CASES[name]
-    arg_shapes, static = data.draw(case.draw)
-    args = random_args(seed, arg_shapes)
-    response = optimized_matches(case.lhs_program(arg_shapes, static, args), args, "exact", seed=seed)
-    assert name in response["report"]["rewrites"]
+    response, _ = check_exact_keeps_bits(name, CASES[name], data, seed)
     assert response["program"]["eqns"] == []  # the rhs of every algebra rule is its operand
 
 
@@ -72,14 +74,8 @@ def test_exact_rule_keeps_float32_bits_through_the_pipeline(name, data, seed):
 @settings(max_examples=3, deadline=None)
 @given(data=st.data(), seed=seeds)
 def test_real_rule_fires_in_real_mode_only(name, data, seed):
-    case = CASES[name]
-    arg_shapes, static = data.draw(case.draw)
-    args = random_args(seed, arg_shapes)
-    exact = optimize(case.lhs_program(arg_shapes, static, args), options={"fp_mode": "exact"})
-    assert name not in exact["report"]["rewrites"]
-    real = optimized_matches(case.program_fn(static), args, "real", seed=seed)
-    assert name in real["report"]["rewrites"]
-    assert len(real["program"]["eqns"]) <= case.rhs_size(arg_shapes, static, args)
+    real, rhs_size = check_real_only(ALGEBRA, name, CASES[name], data, seed)
+    assert len(real["program"]["eqns"]) <= rhs_size
 
 
 # --- Goals ---------------------------------------------------------------------------------------

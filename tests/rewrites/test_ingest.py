@@ -13,15 +13,15 @@ import pytest
 from egglog import EGraph, union
 from egglog.bindings import EggSmolError
 from jax import lax
+from rule_harness import Saturated, bits_equal, ill_typed_nodes, nodes, typed
 
+from costmodel.egraph_view import view_egraph
 from costmodel.extract import extract_greedy_dag
 from lowering.emit import emit_program
 from lowering.to_jax import program_to_callable, typecheck
 from rewrites.ingest import ingest
 from rewrites.schedule import NO_RULES, Budget, saturate
 from rewrites.terms import Term
-from rule_harness import Saturated, bits_equal, ill_typed_nodes, nodes, typed
-from costmodel.egraph_view import view_egraph
 from service.capture import capture
 
 rng = np.random.default_rng(0)

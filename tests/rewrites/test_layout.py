@@ -7,13 +7,26 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax import lax
+from rule_harness import (
+    ANALYSIS_RULES,
+    RTOL,
+    RuleCase,
+    check_exact_keeps_bits,
+    check_rule_numerics,
+    check_sound_and_proven,
+    optimized_matches,
+    proves_equal,
+    proves_terms_equal,
+    random_args,
+    rule_mode,
+    saturate_program,
+    seeds,
+    typed,
+)
 
 from rewrites.layout import LAYOUT
 from rewrites.matmul import MATMUL
 from rewrites.terms import Term, ivec
-from rule_harness import (ANALYSIS_RULES, RTOL, RuleCase, assert_rule_proves, check_rule_numerics,
-                          optimized_matches, proves_equal, proves_terms_equal, random_args, rule_mode,
-                          saturate_program, seeds, typed)
 
 MAX_RANK = 6
 
@@ -96,24 +109,15 @@ def test_every_layout_rule_has_a_case():
 @settings(max_examples=10, deadline=None)
 @given(data=st.data(), seed=seeds)
 def test_rule_is_sound_in_float64_and_proves_its_goal(name, data, seed):
-    case = CASES[name]
-    arg_shapes, static = data.draw(case.draw)
-    lhs, rhs, _ = case.bind(static)
-    check_rule_numerics(lhs, rhs, random_args(seed, arg_shapes, np.float64), RTOL["exact"])
-    args = random_args(seed, arg_shapes)
-    assert_rule_proves(name, LAYOUT, case.goal(arg_shapes, static, args), "exact")
+    check_sound_and_proven(LAYOUT, name, CASES[name], data, seed)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 @settings(max_examples=3, deadline=None)
 @given(data=st.data(), seed=seeds)
 def test_exact_rule_keeps_float32_bits_through_the_pipeline(name, data, seed):
-    case = CASES[name]
-    arg_shapes, static = data.draw(case.draw)
-    args = random_args(seed, arg_shapes)
-    response = optimized_matches(case.lhs_program(arg_shapes, static, args), args, "exact", seed=seed)
-    assert name in response["report"]["rewrites"]
-    assert len(response["program"]["eqns"]) <= case.rhs_size(arg_shapes, static, args)
+    response, rhs_size = check_exact_keeps_bits(name, CASES[name], data, seed)
+    assert len(response["program"]["eqns"]) <= rhs_size
 
 
 @settings(max_examples=10, deadline=None)

@@ -8,12 +8,24 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax import lax
+from rule_harness import (
+    ANALYSIS_RULES,
+    RuleCase,
+    check_real_only,
+    check_sound_and_proven,
+    dims,
+    ill_typed_nodes,
+    normwise_error,
+    optimized_matches,
+    proves_equal,
+    random_args,
+    rule_mode,
+    saturate_fn,
+    seeds,
+)
 
 from rewrites.layout import LAYOUT
 from rewrites.matmul import MATMUL
-from rule_harness import (ANALYSIS_RULES, RTOL, RuleCase, assert_rule_proves, check_rule_numerics,
-                          dims, ill_typed_nodes, normwise_error, optimized_matches, proves_equal,
-                          random_args, rule_mode, saturate_fn, seeds)
 from service.capture import capture
 from service.pipeline import optimize
 
@@ -36,26 +48,14 @@ def test_every_matmul_rule_has_a_case():
 @settings(max_examples=10, deadline=None)
 @given(data=st.data(), seed=seeds)
 def test_rule_is_sound_in_float64_and_proves_its_goal(name, data, seed):
-    case = CASES[name]
-    arg_shapes, static = data.draw(case.draw)
-    lhs, rhs, _ = case.bind(static)
-    check_rule_numerics(lhs, rhs, random_args(seed, arg_shapes, np.float64), RTOL["real"])
-    args = random_args(seed, arg_shapes)
-    assert_rule_proves(name, MATMUL, case.goal(arg_shapes, static, args), "real")
+    check_sound_and_proven(MATMUL, name, CASES[name], data, seed)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 @settings(max_examples=3, deadline=None)
 @given(data=st.data(), seed=seeds)
 def test_real_rule_fires_in_real_mode_only(name, data, seed):
-    case = CASES[name]
-    arg_shapes, static = data.draw(case.draw)
-    args = random_args(seed, arg_shapes)
-    assert not proves_equal(*case.bind(static)[:2], args, [MATMUL], "exact")
-    exact = optimize(case.lhs_program(arg_shapes, static, args), options={"fp_mode": "exact"})
-    assert name not in exact["report"]["rewrites"]
-    real = optimized_matches(case.program_fn(static), args, "real", seed=seed)
-    assert name in real["report"]["rewrites"]
+    check_real_only(MATMUL, name, CASES[name], data, seed)
 
 
 # --- Goals ---------------------------------------------------------------------------------------

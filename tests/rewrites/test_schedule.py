@@ -3,6 +3,7 @@ name family rules."""
 from __future__ import annotations
 
 import jax.numpy as jnp
+from rule_harness import ill_typed_nodes, random_args, saturate_program
 
 from rewrites.algebra import ALGEBRA
 from rewrites.ingest import ingest
@@ -10,7 +11,6 @@ from rewrites.layout import LAYOUT
 from rewrites.matmul import MATMUL
 from rewrites.merge import MERGE
 from rewrites.schedule import ALL_FAMILIES, NO_RULES, SCHEDULES, Budget, saturate, term_enodes
-from rule_harness import ill_typed_nodes, random_args, saturate_program
 from service.capture import capture
 from service.pipeline import optimize
 
