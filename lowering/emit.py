@@ -11,7 +11,10 @@ from typing import Any
 
 from costmodel.egraph_view import EClass, EGraphView, ENode
 from rewrites.params import ParamsTable
-from rewrites.terms import bits_float
+from rewrites.terms import bits_float, float_bits
+
+
+LEAF_OPS = frozenset(["var", "lit", "flit"])  # term nodes that are values, not equations
 
 
 class ExtractionCycle(ValueError):
@@ -99,6 +102,9 @@ def emit_program(view: EGraphView, choice: dict[str, ENode], table: ParamsTable,
             return
         if node.op == "lit":
             names[cid] = wire_literal(*node.attrs)
+            return
+        if node.op == "flit":
+            names[cid] = wire_literal(float_bits(node.attrs[0]), node.attrs[1])
             return
         ins = [names[c] for c in node.children]
         if node.op == "opaque":

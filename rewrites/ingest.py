@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from egglog import EGraph, Vec, i64, set_, union
+from egglog import EGraph, Vec, f64, i64, set_, union
 
 from rewrites.params import ParamsTable
-from rewrites.terms import (BINARY_OPS, REDUCE_OPS, UNARY_OPS, Term, dtype, float_bits, ivec, output, shape,
-                            weight_hi, weight_lo)
+from rewrites.terms import (BINARY_OPS, REDUCE_OPS, UNARY_OPS, Term, dtype, float_bits, ivec, literal_value,
+                            output, shape, span_hi, span_lo)
 
 
 @dataclass
@@ -132,11 +132,12 @@ def ingest(program: dict[str, Any]) -> LoadedProgram:
     env: dict[str, Term] = {}
     analyses = []
 
-    def bind(name: str, term: Term, spec: dict[str, Any], let_name: str) -> None:
+    def bind(name: str, term: Term, spec: dict[str, Any], let_name: str, ordered: bool = True) -> None:
         ref = egraph.let(let_name, term)
         env[name] = ref
-        analyses.append(set_(shape(ref)).to(ivec(spec["shape"])))
-        analyses.append(set_(dtype(ref)).to(spec["dtype"]))
+        analyses.extend([set_(shape(ref)).to(ivec(spec["shape"])), set_(dtype(ref)).to(spec["dtype"])])
+        if ordered:  # a concatenation spans its parts: the merge rules set that when they build one
+            analyses.extend([set_(span_lo(ref)).to(i64(len(env))), set_(span_hi(ref)).to(i64(len(env)))])
 
     literals: dict[tuple, Term] = {}
 
@@ -146,13 +147,12 @@ def ingest(program: dict[str, Any]) -> LoadedProgram:
         key = (repr(arg["lit"]), arg["dtype"])
         if key not in literals:
             literals[key] = term = literal_term(arg)
-            analyses.append(set_(shape(term)).to(ivec(())))
-            analyses.append(set_(dtype(term)).to(arg["dtype"]))
+            analyses.extend([set_(shape(term)).to(ivec(())), set_(dtype(term)).to(arg["dtype"]),
+                             set_(literal_value(term)).to(f64(float(arg["lit"])))])
         return literals[key]
 
     for i, spec in enumerate([*program["inputs"], *program.get("consts", [])]):
         bind(spec["name"], Term.var(i), spec, f"x{i}")
-        analyses += [set_(weight_lo(env[spec["name"]])).to(i64(i)), set_(weight_hi(env[spec["name"]])).to(i64(i))]
     for i, eqn in enumerate(program["eqns"]):
         ins = eqn["in"]
         if all(isinstance(a, str) or literal_roundtrips(a) for a in ins):
@@ -160,7 +160,7 @@ def ingest(program: dict[str, Any]) -> LoadedProgram:
         else:
             terms = _opaque_with_literal_args(eqn, table, env)
         for k, (term, spec) in enumerate(zip(terms, eqn["out"])):
-            bind(spec["name"], term, spec, f"e{i}_{k}")
+            bind(spec["name"], term, spec, f"e{i}_{k}", ordered=eqn["op"] != "concatenate")
     roots = [env[o] if isinstance(o, str) else arg_term(o) for o in program["outputs"]]
     egraph.register(*analyses, *(union(output(i)).with_(r) for i, r in enumerate(roots)))
     return LoadedProgram(egraph, table, program, len(roots), len(program["eqns"]))

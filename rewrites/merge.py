@@ -5,7 +5,7 @@ from egglog import String, Vec, eq, i64, rule, set_, union, var, vars_
 
 from rewrites.analysis import typed, zeros
 from rewrites.registry import Family
-from rewrites.terms import Term, dtype, ivec, shape, weight_hi, weight_lo
+from rewrites.terms import Term, dtype, ivec, shape, span_hi, span_lo
 
 MERGE = Family("merge")
 
@@ -34,11 +34,11 @@ def _rank(n: int) -> None:
                    eq(sx).to(shape(x)), eq(sx.length()).to(i64(n)),
                    eq(s1).to(shape(w1)), eq(s2).to(shape(w2)),
                    eq(s1.length()).to(i64(2)), eq(s2.length()).to(i64(2)),  # matrices: concat on dim 1
-                   eq(hi1).to(weight_hi(w1)), eq(lo2).to(weight_lo(w2)), hi1 < lo2,
-                   eq(lo1).to(weight_lo(w1)), eq(hi2).to(weight_hi(w2)),
+                   eq(hi1).to(span_hi(w1)), eq(lo2).to(span_lo(w2)), hi1 < lo2,
+                   eq(lo1).to(span_lo(w1)), eq(hi2).to(span_hi(w2)),
                    eq(dt).to(dtype(d1)), eq(dw).to(dtype(w1)))
               .then(*typed(merged_w, Vec[i64](s1[0], n1 + n2), dw),
-                    set_(weight_lo(merged_w)).to(lo1), set_(weight_hi(merged_w)).to(hi2),
+                    set_(span_lo(merged_w)).to(lo1), set_(span_hi(merged_w)).to(hi2),
                     *typed(merged, Vec[i64](*lead, n1 + n2), dt),
                     union(d1).with_(Term.slice(merged, zeros(n), Vec[i64](*lead, n1), ivec([]))),
                     union(d2).with_(Term.slice(merged, Vec[i64](*(i64(0) for _ in lead), n1),

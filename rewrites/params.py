@@ -5,12 +5,18 @@ import json
 from typing import Any
 
 
+# Id of the empty params: what rules give the ops they create (the wire decoder fills in the
+# None-valued params JAX requires, such as `accuracy` or `out_dtype`).
+NO_PARAMS = 0
+
+
 class ParamsTable:
     """Content-addressed: equal params get equal ids, so equal equations hash-cons in the e-graph."""
 
     def __init__(self) -> None:
         self._ids: dict[str, int] = {}
         self._entries: list[dict[str, Any]] = []
+        self.intern({})  # NO_PARAMS
 
     def intern(self, params: dict[str, Any]) -> int:
         key = json.dumps(params, sort_keys=True)

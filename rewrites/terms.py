@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import struct
 
-from egglog import Expr, String, StringLike, Vec, function, i64, i64Like
+from egglog import Expr, String, StringLike, Vec, f64, f64Like, function, i64, i64Like
 
 
 # Elementwise ops that map one array to one array of the same shape.
@@ -33,6 +33,10 @@ class Term(Expr):
     def lit(cls, bits: i64Like, dtype: StringLike) -> Term:
         """A rank-0 literal, by the IEEE bits of its value as a double (egglog's f64 would
         identify -0.0 with 0.0, and exact mode must keep the sign of zero)."""
+
+    @classmethod
+    def flit(cls, value: f64Like, dtype: StringLike) -> Term:
+        """A rank-0 literal a rule computed (constant folding); never -0.0-sensitive."""
 
     @classmethod
     def unary(cls, op: StringLike, x: Term, extra: i64Like) -> Term: ...
@@ -103,14 +107,20 @@ def dtype(x: Term) -> String:
     """Dtype analysis; same invariant as `shape`."""
 
 
+@function(merge=lambda old, new: old)
+def literal_value(x: Term) -> f64:
+    """The value of a literal class, for constant folding (equal literals have equal values)."""
+
+
 @function(merge=lambda old, new: old.min(new))
-def weight_lo(w: Term) -> i64:
-    """Lowest input index a (possibly merged) weight spans: the merge rules' ordering guard."""
+def span_lo(x: Term) -> i64:
+    """Position in program order (inputs, then equations) of the first value a (possibly merged)
+    term spans: the merge rules' ordering guard, so each pair merges once, in one orientation."""
 
 
 @function(merge=lambda old, new: old.max(new))
-def weight_hi(w: Term) -> i64:
-    """Highest input index a (possibly merged) weight spans."""
+def span_hi(x: Term) -> i64:
+    """Position of the last value a (possibly merged) term spans."""
 
 
 @function

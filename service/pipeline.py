@@ -16,13 +16,14 @@ from costmodel.extract import extract_greedy_dag
 from costmodel.formulas import kernel_estimate
 from costmodel.op_cost import nbytes, op_cost
 from costmodel.profile import HardwareProfile, load_profile, profile_from_dict
-from lowering.emit import ExtractionCycle, emit_program, node_equation
+from lowering.emit import LEAF_OPS, ExtractionCycle, emit_program, node_equation
 from lowering.kernels import KernelProgram, build_kernel_program, lower_bound
 from lowering.to_jax import typecheck
 from lowering.validate import validate
 from rewrites.ingest import ingest
 from rewrites.params import ParamsTable
 from rewrites.schedule import NO_RULES, SCHEDULES, Budget, saturate
+from service.control_flow import optimize_nested
 from service.options import OptimizeOptions
 from service.settings import get_settings
 
@@ -71,7 +72,7 @@ def node_coster(view: EGraphView, table: ParamsTable, profile: HardwareProfile, 
     traffic included); elementwise and layout ops are priced as fused epilogues (compute only)."""
 
     def cost(node: ENode) -> float:
-        if node.op in ("var", "lit"):
+        if node.op in LEAF_OPS:
             return 0.0
         if all(c in static for c in node.children) and node.op != "opaque":
             return NODE_EPSILON_S
@@ -110,8 +111,10 @@ def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | N
     timings: dict[str, float] = {}
     with _stage(timings, "typecheck"):
         typecheck(program)
+    with _stage(timings, "control_flow"):  # bodies first; `program` stays the validation reference
+        nested, control_flow = optimize_nested(program, lambda body: optimize(body, profile, options))
     with _stage(timings, "ingest"):
-        loaded = ingest(program)
+        loaded = ingest(nested)
     with _stage(timings, "saturate"):
         schedule = SCHEDULES[options.fp_mode] if options.rules else NO_RULES
         saturation = saturate(loaded.egraph, schedule, _budget(options))
@@ -153,6 +156,7 @@ def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | N
             "equations": {"original": len(program["eqns"]), "optimized": len(candidate["eqns"])},
             "timings_s": timings,
             "notes": notes,
+            "control_flow": control_flow,
         },
         "cache": "miss",
     }

@@ -13,12 +13,12 @@ from egglog import EGraph, Ruleset, ruleset, set_, union
 from hypothesis import strategies as st
 
 from costmodel.egraph_view import EClass, EGraphView, view_egraph
-from lowering.emit import node_equation, wire_literal
+from lowering.emit import LEAF_OPS, node_equation, wire_literal
 from lowering.to_jax import program_to_callable, typecheck
 from rewrites.ingest import LoadedProgram, ingest
 from rewrites.registry import Family, FpMode
 from rewrites.schedule import Budget, SaturationReport, Schedule, saturate
-from rewrites.terms import Term, dtype, ivec, output, shape
+from rewrites.terms import Term, dtype, float_bits, ivec, output, shape
 from service.capture import capture
 from service.pipeline import optimize
 from service.wire import WireError
@@ -150,14 +150,15 @@ def ill_typed_nodes(sat: Saturated) -> list[str]:
     view, bad = sat.view, []
     for cls in view.classes.values():
         for node in cls.nodes:
-            if node.op in ("var", "lit", "opaque"):
+            if node.op in LEAF_OPS or node.op == "opaque":
                 continue
             op, params = node_equation(node, cls, sat.loaded.params)
             ins, inputs = [], []
             for k, child in enumerate(node.children):
-                lit = next((n for n in view.classes[child].nodes if n.op == "lit"), None)
+                lit = next((n for n in view.classes[child].nodes if n.op in ("lit", "flit")), None)
                 if lit is not None:
-                    ins.append(wire_literal(*lit.attrs))
+                    ins.append(wire_literal(*lit.attrs) if lit.op == "lit" else
+                               wire_literal(float_bits(lit.attrs[0]), lit.attrs[1]))
                 else:
                     c = view.classes[child]
                     inputs.append({"name": f"a{k}", "shape": list(c.shape), "dtype": c.dtype})
