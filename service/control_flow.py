@@ -1,0 +1,157 @@
+"""Recursive optimization of control-flow bodies: every nested program in an equation's params
+(scan, while, cond, ...) goes through the full pipeline and is swapped in only if it validated
+and kept its interface."""
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable, Iterator
+
+from lowering.to_jax import typecheck
+from service.wire import WireError
+
+# A body's optimized program replaces the original only when its own validation says so.
+ACCEPTED_STATUSES = frozenset(["passed"])
+
+# Primitive -> (param, index of the body's first input among the eqn's operands, how many of the
+# body's leading inputs are loop-invariant constants); cond's operands pass straight through.
+_CONST_INPUTS: dict[str, Callable[[dict], list[tuple[str, int, int]]]] = {
+    "scan": lambda p: [("jaxpr", 0, int(p.get("num_consts", 0)))],
+    "while": lambda p: [("cond_jaxpr", 0, int(p.get("cond_nconsts", 0))),
+                        ("body_jaxpr", int(p.get("cond_nconsts", 0)), int(p.get("body_nconsts", 0)))],
+}
+
+
+def optimize_nested(program: dict[str, Any], optimize_body: Callable[[dict], dict]
+                    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A copy of `program` whose nested programs are replaced by `optimize_body(body)["program"]`
+    where that validated and kept the body's interface, plus one report per nested program."""
+    result = copy.deepcopy(program)
+    reports: list[dict[str, Any]] = []
+    static = _static_names(result)
+    avals = _avals(result)
+    for i, eqn in enumerate(result.get("eqns", [])):
+        params = eqn.get("params") or {}
+        weights = _weight_inputs(eqn, static)
+        for path, holder, key, nested in _nested_programs(params):
+            original = nested["program"]
+            body = copy.deepcopy(original)
+            for j in weights.get(path, ()):
+                if j < len(body.get("inputs", [])):
+                    body["inputs"][j]["role"] = "weight"
+            report = {"eqn": i, "op": eqn.get("op"), "param": path}
+            try:
+                response = optimize_body(body)
+            except Exception as err:  # a body the pipeline cannot handle stays as it was
+                reports.append(report | {"validation": None, "rewrites": {}, "accepted": False,
+                                         "reason": f"{type(err).__name__}: {err}"[:300],
+                                         "equations": _counts(original, original), "control_flow": []})
+                continue
+            candidate = response.get("program") or original
+            reason = _rejection(original, candidate, response, bool(nested.get("open")))
+            if reason is None:
+                # The body's own input specs (roles included) are part of the interface.
+                candidate = copy.deepcopy(candidate) | {"inputs": copy.deepcopy(original["inputs"])}
+                reason = "unchanged" if candidate == original else None
+            if reason is None:
+                holder[key] = nested | {"program": candidate}
+                reason = _eqn_rejection(eqn, avals, i)
+                if reason is not None:
+                    holder[key] = nested
+            accepted = reason is None
+            reports.append(report | {
+                "validation": response.get("validation"),
+                "rewrites": response.get("report", {}).get("rewrites", {}),
+                "accepted": accepted, "reason": reason,
+                "equations": _counts(original, candidate if accepted else original),
+                "control_flow": response.get("report", {}).get("control_flow", []),
+            })
+    return result, reports
+
+
+def _counts(original: dict, used: dict) -> dict[str, int]:
+    return {"original": len(original.get("eqns", [])), "optimized": len(used.get("eqns", []))}
+
+
+def _nested_programs(value: Any, path: str = "") -> Iterator[tuple[str, Any, Any, dict]]:
+    """(path, container, key, {"program": ...} object) for every nested program, depth first;
+    `container[key]` is where the object lives so it can be replaced."""
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, v in items:
+        sub = f"{path}[{key}]" if isinstance(value, list) else (f"{path}.{key}" if path else str(key))
+        if isinstance(v, dict) and set(v) in ({"program"}, {"program", "open"}) and isinstance(v["program"], dict):
+            yield sub, value, key, v
+        elif isinstance(v, (dict, list)):
+            yield from _nested_programs(v, sub)
+
+
+def _rejection(original: dict, candidate: dict, response: dict, open_: bool) -> str | None:
+    """Why `candidate` may not replace `original`, or None if it may."""
+    status = (response.get("validation") or {}).get("status")
+    if status not in ACCEPTED_STATUSES:
+        return f"validation {status}"
+    if open_ and candidate.get("consts"):
+        return "an open body cannot hold consts"
+    spec = lambda s: (s.get("name"), list(s.get("shape", [])), s.get("dtype"))
+    if [spec(s) for s in candidate.get("inputs", [])] != [spec(s) for s in original.get("inputs", [])]:
+        return "inputs changed"
+    try:
+        before, after = _output_types(original), _output_types(candidate)
+    except (KeyError, TypeError):
+        return "outputs not defined"
+    if before != after:
+        return "outputs changed"
+    return None
+
+
+def _eqn_rejection(eqn: dict, avals: dict[str, tuple], index: int) -> str | None:
+    """Type-check the equation alone with its new body (the primitive's own checks included)."""
+    names = list(dict.fromkeys(x for x in eqn["in"] if isinstance(x, str)))
+    if any(n not in avals for n in names):
+        return None  # the outer typecheck already vouched for the names; nothing to check here
+    probe = {"format": "optu.jaxpr/v1", "consts": [], "eqns": [eqn],
+             "inputs": [{"name": n, "shape": list(avals[n][0]), "dtype": avals[n][1]} for n in names],
+             "outputs": [o["name"] for o in eqn["out"]]}
+    try:
+        typecheck(probe)
+    except WireError as err:
+        return f"equation {index} does not type-check with the new body: {err}"[:300]
+    return None
+
+
+def _avals(program: dict) -> dict[str, tuple[tuple[int, ...], str]]:
+    specs = [*program.get("inputs", []), *program.get("consts", []),
+             *(o for e in program.get("eqns", []) for o in e.get("out", []))]
+    return {s["name"]: (tuple(s["shape"]), s["dtype"]) for s in specs}
+
+
+def _output_types(program: dict) -> list[tuple]:
+    avals = _avals(program)
+    return [avals[o] if isinstance(o, str) else ((), o["dtype"]) for o in program["outputs"]]
+
+
+def _static_names(program: dict) -> set[str]:
+    """Names computed from weights, consts and literals alone (the same on every call)."""
+    static = {s["name"] for s in program.get("inputs", []) if s.get("role") == "weight"}
+    static |= {c["name"] for c in program.get("consts", [])}
+    for eqn in program.get("eqns", []):
+        if all(not isinstance(x, str) or x in static for x in eqn.get("in", [])):
+            static |= {o["name"] for o in eqn.get("out", [])}
+    return static
+
+
+def _weight_inputs(eqn: dict, static: set[str]) -> dict[str, list[int]]:
+    """Param path -> indices of body inputs fed by a per-call constant of the outer program:
+    loop-invariant consts of scan / while, and any operand passed through to a cond branch."""
+    ins, params = eqn.get("in", []), eqn.get("params") or {}
+    is_static = lambda k: k < len(ins) and (not isinstance(ins[k], str) or ins[k] in static)
+    op = eqn.get("op")
+    if op == "cond":
+        marks = [j for j in range(len(ins) - 1) if is_static(j + 1)]
+        return {f"branches[{b}]": marks for b in range(len(params.get("branches", [])))}
+    if op in _CONST_INPUTS:
+        try:
+            layout = _CONST_INPUTS[op](params)
+        except (TypeError, ValueError):
+            return {}
+        return {param: [j for j in range(count) if is_static(start + j)] for param, start, count in layout}
+    return {}
