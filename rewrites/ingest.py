@@ -12,6 +12,7 @@ from typing import Any, Callable
 from egglog import EGraph, Vec, f64, i64, set_, union
 
 from rewrites.params import ParamsTable
+from service.wire_params import strip_none_defaults
 from rewrites.terms import (BINARY_OPS, REDUCE_OPS, UNARY_OPS, Term, dtype, float_bits, ivec, literal_value,
                             output, shape, span_hi, span_lo)
 
@@ -109,7 +110,7 @@ def encode_eqn(eqn: dict[str, Any], args: list[Term], table: ParamsTable) -> lis
     encoder = ENCODERS.get(op)
     if encoder is not None and len(outs) == 1:
         try:
-            term = encoder(args, params, table)
+            term = encoder(args, strip_none_defaults(op, params), table)
         except (KeyError, TypeError, ValueError):
             term = None  # params of an unexpected form: carry the eqn through untouched
         if term is not None:

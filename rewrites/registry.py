@@ -17,6 +17,7 @@ class NamedRule:
     family: str
     mode: FpMode
     rule: RewriteOrRule
+    throttled: bool = False  # runs under egglog's back_off scheduler (commutativity, associativity)
 
 
 class Family:
@@ -26,9 +27,9 @@ class Family:
         self.name = name
         self.rules: list[NamedRule] = []
 
-    def add(self, name: str, mode: FpMode, *rules: RewriteOrRule) -> None:
+    def add(self, name: str, mode: FpMode, *rules: RewriteOrRule, throttled: bool = False) -> None:
         """Register one named rule; a name may stand for several egglog rules (e.g. per rank)."""
-        self.rules.extend(NamedRule(name, self.name, mode, r) for r in rules)
+        self.rules.extend(NamedRule(name, self.name, mode, r, throttled) for r in rules)
 
     def ruleset(self, fp_mode: FpMode) -> Ruleset:
         allowed = {"exact"} if fp_mode == "exact" else {"exact", "real"}

@@ -9,7 +9,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from egglog import EGraph, Ruleset, ruleset
+from egglog import EGraph, Ruleset, back_off, run, ruleset
 
 from rewrites.algebra import ALGEBRA
 from rewrites.layout import LAYOUT
@@ -28,7 +28,8 @@ class Budget:
     iter_limit: int = 12
     node_limit: int = 50_000
     time_limit_s: float = 5.0
-    merge_rounds: int = 2
+    merge_rounds: int = 3
+    ac_match_limit: int = 1_000  # back_off: an AC rule matching more than this in one pass is skipped
 
 
 @dataclass
@@ -42,21 +43,25 @@ class SaturationReport:
 
 @dataclass(frozen=True)
 class Schedule:
-    """Rulesets for one fp mode: single-pattern families every iteration, merges for a few rounds."""
+    """Rulesets for one fp mode: single-pattern rules every iteration (commutativity and
+    associativity throttled by back_off), multi-pattern merges for a bounded number of rounds."""
 
     name: str
     every_iteration: Ruleset
     bounded: Ruleset
+    throttled: Ruleset | None = None
 
 
-def _schedule(name: str, fp_mode: FpMode) -> Schedule:
-    def combined(families, label):
-        return ruleset(*(r.rule for f in families for r in f.rules if fp_mode == "real" or r.mode == "exact"),
+def _schedule(fp_mode: FpMode) -> Schedule:
+    def combined(families, label, throttled):
+        return ruleset(*(r.rule for f in families for r in f.rules
+                         if (fp_mode == "real" or r.mode == "exact") and r.throttled == throttled),
                        name=f"{label}-{fp_mode}")
-    return Schedule(name, combined(SINGLE_PATTERN, "single"), combined(MULTI_PATTERN, "multi"))
+    return Schedule(fp_mode, combined(SINGLE_PATTERN, "single", False), combined(MULTI_PATTERN, "multi", False),
+                    combined(SINGLE_PATTERN, "ac", True))
 
 
-SCHEDULES: dict[FpMode, Schedule] = {"exact": _schedule("exact", "exact"), "real": _schedule("real", "real")}
+SCHEDULES: dict[FpMode, Schedule] = {"exact": _schedule("exact"), "real": _schedule("real")}
 NO_RULES = Schedule("none", ruleset(name="none-a"), ruleset(name="none-b"))
 
 
@@ -75,11 +80,15 @@ def saturate(egraph: EGraph, schedule: Schedule, budget: Budget) -> SaturationRe
             report.stop_reason = "time_limit"
             break
         changed = False
-        rulesets = [schedule.every_iteration] + ([schedule.bounded] if iteration < budget.merge_rounds else [])
-        for rs in rulesets:
-            run = egraph.run(1, ruleset=rs)
-            changed |= run.updated
-            for decl, matches in run.num_matches_per_rule.items():
+        steps = [run(schedule.every_iteration)]
+        if schedule.throttled is not None:
+            steps.append(run(schedule.throttled, scheduler=back_off(match_limit=budget.ac_match_limit)))
+        if iteration < budget.merge_rounds:
+            steps.append(run(schedule.bounded))
+        for step in steps:
+            result = egraph.run(step)
+            changed |= result.updated
+            for decl, matches in result.num_matches_per_rule.items():
                 fired[_RULE_NAMES.get(decl, "unnamed")] += matches
         report.iterations = iteration + 1
         report.enodes = term_enodes(egraph)

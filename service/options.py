@@ -12,7 +12,9 @@ class OptimizeOptions(BaseModel):
     time_limit_s: float | None = Field(None, gt=0, description="saturation budget; server default and maximum apply")
     node_limit: int | None = Field(None, gt=0, description="stop saturating beyond this many e-nodes")
     iter_limit: int = Field(12, ge=0, description="saturation iterations")
-    extraction: Literal["auto", "greedy"] = Field("auto", description="greedy-DAG (auto = greedy until the ILP lands)")
+    extraction: Literal["auto", "greedy", "ilp"] = Field(
+        "auto", description="greedy-DAG, exact ILP (HiGHS, warm-started from greedy), or auto: the ILP when "
+                            "the e-graph is small enough to finish within the time limit")
     fp_mode: Literal["exact", "real"] = Field(
         "real", description="exact: only rewrites exact in IEEE arithmetic; real: identities of real numbers")
     validate_result: bool = Field(True, alias="validate", description="check optimized vs original numerically")

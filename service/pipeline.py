@@ -12,7 +12,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from costmodel.egraph_view import EGraphView, ENode, view_egraph
-from costmodel.extract import extract_greedy_dag
+from costmodel.extract import Extraction, extract_greedy_dag
+from costmodel.ilp import extract_auto, extract_ilp
 from costmodel.formulas import kernel_estimate
 from costmodel.op_cost import nbytes, op_cost
 from costmodel.profile import HardwareProfile, load_profile, profile_from_dict
@@ -103,6 +104,14 @@ def _budget(options: OptimizeOptions) -> Budget:
                   time_limit_s=min(options.time_limit_s or s.default_time_limit_s, s.max_time_limit_s))
 
 
+def _extract(view: EGraphView, cost, options: OptimizeOptions, time_limit_s: float) -> Extraction:
+    if options.extraction == "greedy":
+        return extract_greedy_dag(view, cost)
+    if options.extraction == "ilp":
+        return extract_ilp(view, cost, time_limit_s=time_limit_s)
+    return extract_auto(view, cost, time_limit_s)
+
+
 def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | None = None,
              options: OptimizeOptions | dict | None = None) -> dict[str, Any]:
     """Optimize a wire program; raises WireError (a 422) if it does not type-check."""
@@ -120,8 +129,8 @@ def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | N
         saturation = saturate(loaded.egraph, schedule, _budget(options))
     with _stage(timings, "extract"):
         view = view_egraph(loaded.egraph)
-        extraction = extract_greedy_dag(view, node_coster(view, loaded.params, profile,
-                                                          static_classes(view, program)))
+        extraction = _extract(view, node_coster(view, loaded.params, profile, static_classes(view, program)),
+                              options, _budget(options).time_limit_s)
     notes: list[str] = []
     with _stage(timings, "lower"):
         naive = build_kernel_program(program, profile, fuse=False)
@@ -152,7 +161,9 @@ def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | N
             "rewrites": saturation.rules_fired,
             "egraph": {"enodes": view.enode_count, "eclasses": len(view.classes),
                        "iterations": saturation.iterations, "stop_reason": saturation.stop_reason},
-            "extraction": {"method": extraction.method, "cost_s": extraction.cost, "optimality_gap": None},
+            "extraction": {"method": extraction.method, "cost_s": extraction.cost,
+                           "optimality_gap": getattr(extraction, "optimality_gap", None),
+                           "status": getattr(extraction, "status", "heuristic")},
             "equations": {"original": len(program["eqns"]), "optimized": len(candidate["eqns"])},
             "timings_s": timings,
             "notes": notes,

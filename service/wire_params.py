@@ -24,7 +24,7 @@ STRUCTS: dict[str, type] = {
 
 # Params JAX 0.10 requires but that are almost always None (placement, accuracy hints), filled
 # in when a hand-written program omits them so writers need not track JAX's param churn.
-_NONE_DEFAULTS: dict[str, tuple[str, ...]] = {
+NONE_DEFAULTS: dict[str, tuple[str, ...]] = {
     **{p: ("accuracy",) for p in ("cbrt", "cos", "exp", "exp2", "expm1", "log", "log1p",
                                   "logistic", "rsqrt", "sin", "sqrt", "tan", "tanh")},
     "mul": ("out_dtype",),
@@ -33,6 +33,13 @@ _NONE_DEFAULTS: dict[str, tuple[str, ...]] = {
        for p in ("dot_general", "conv_general_dilated")},
     "reduce_sum": ("out_sharding",),
 }
+
+
+def strip_none_defaults(prim_name: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Params without the None values decoding fills in: the canonical form, so an equation a
+    rule builds with no params and the same equation captured from JAX are one e-node."""
+    optional = NONE_DEFAULTS.get(prim_name, ())
+    return {k: v for k, v in params.items() if not (v is None and k in optional)}
 
 
 def _is_precision(v: Any) -> bool:
@@ -76,7 +83,7 @@ def decode_params(prim_name: str, params: dict[str, Any]) -> dict[str, Any]:
     """Inverse of encode_params; lists come back as tuples because JAX params must hash."""
     if not isinstance(params, dict):
         raise WireError(f"params of {prim_name} must be an object", field="params")
-    defaults = dict.fromkeys(_NONE_DEFAULTS.get(prim_name, ()))
+    defaults = dict.fromkeys(NONE_DEFAULTS.get(prim_name, ()))
     return defaults | {k: _checked(prim_name, k, _decode(v, prim_name, k)) for k, v in params.items()}
 
 

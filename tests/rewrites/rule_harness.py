@@ -24,7 +24,7 @@ from service.pipeline import optimize
 from service.wire import WireError
 
 # Rules that only record facts (guards of other rules); they are tested through their users.
-ANALYSIS_RULES = frozenset({"positive-exp"})
+ANALYSIS_RULES = frozenset({"positive-exp", "literal-value-of-folded", "literal-as-value"})
 MULTI_PATTERN_FAMILIES = frozenset({"merge"})  # run in `Schedule.bounded`, as the driver does
 # Normwise relative error (max |lhs - rhs| / max |lhs|) allowed between the two sides in float64.
 RTOL = {"exact": 1e-12, "real": 1e-10}

@@ -23,6 +23,7 @@ from rewrites.ingest import ingest
 from rewrites.schedule import NO_RULES, Budget, saturate
 from rewrites.terms import Term
 from service.capture import capture
+from service.wire_params import strip_none_defaults
 
 rng = np.random.default_rng(0)
 F = lambda *s: rng.standard_normal(s).astype(np.float32)
@@ -80,13 +81,14 @@ def roundtrip(program: dict) -> tuple[dict, Saturated]:
 
 
 def signature(program: dict) -> Counter:
-    """The equations as a multiset of (op, params, input/output types), names left out."""
+    """The equations as a multiset of (op, params, input/output types), names left out. Params are
+    compared in canonical form: None-valued params the decoder fills in may be omitted."""
     types = {s["name"]: (tuple(s["shape"]), s["dtype"]) for s in [*program["inputs"], *program["consts"]]}
     for e in program["eqns"]:
         types.update((o["name"], (tuple(o["shape"]), o["dtype"])) for o in e["out"])
     def arg(a):
         return types[a] if isinstance(a, str) else json.dumps(a, sort_keys=True)
-    return Counter(json.dumps([e["op"], e["params"], [arg(a) for a in e["in"]],
+    return Counter(json.dumps([e["op"], strip_none_defaults(e["op"], e["params"]), [arg(a) for a in e["in"]],
                                [arg(o["name"]) for o in e["out"]]], sort_keys=True) for e in program["eqns"])
 
 
