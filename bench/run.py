@@ -43,7 +43,11 @@ def bench_model(name: str, hardware: str) -> dict:
         "validation": response["validation"]["status"],
         "max_rel_error": response["validation"]["max_rel_error"],
         "enodes": report["egraph"]["enodes"],
+        "eclasses": report["egraph"]["eclasses"],
+        "stop_reason": report["egraph"]["stop_reason"],
         "rewrites": sum(report["rewrites"].values()),
+        "rules_fired": report["rewrites"],
+        "extraction": report["extraction"],
         "optimize_wall_s": wall,
         "timings_s": report["timings_s"],
     }
@@ -57,13 +61,17 @@ def machine() -> dict:
 def table(rows: list[dict], hardware: str, meta: dict) -> str:
     lines = [f"Estimated on `{hardware}`; optimizer wall time on {meta['machine']} "
              f"(Python {meta['python']}, jax {meta['jax']}). Regenerate with `make bench`.", "",
-             "| model | eqns | baseline est. | optimized est. | speedup | kernels | validation (max rel err) "
-             "| optimize wall |",
-             "|---|---:|---:|---:|---:|---:|---|---:|"]
+             "| model | eqns | baseline est. | optimized est. | speedup | kernels | rewrites | e-nodes "
+             "| saturate | extraction | validation (max rel err) | optimize wall |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|"]
     for r in rows:
+        ext = r["extraction"]
+        gap = "" if ext["optimality_gap"] is None else f", gap {ext['optimality_gap']:.2g}"
         lines.append(f"| {r['model']} | {r['equations']} | {r['baseline_s'] * 1e6:.2f} us | "
                      f"{r['optimized_s'] * 1e6:.2f} us | {r['speedup_vs_baseline']:.2f}x | {r['kernels']} | "
-                     f"{r['validation']} ({r['max_rel_error']:.1e}) | {r['optimize_wall_s']:.2f} s |")
+                     f"{r['rewrites']} | {r['enodes']} | {r['timings_s']['saturate']:.2f} s | "
+                     f"{ext['method']}{gap} | {r['validation']} ({r['max_rel_error']:.1e}) | "
+                     f"{r['optimize_wall_s']:.2f} s |")
     return "\n".join(lines)
 
 

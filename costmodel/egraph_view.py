@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from egglog import EGraph
 
 TERM_PREFIX = "Term."
-ANALYSES = frozenset(["shape", "dtype", "output", "positive", "literal_value", "span_lo", "span_hi"])
+ANALYSES = frozenset(["shape", "dtype", "output", "positive", "literal_value", "slot_lo", "slot_hi"])
 
 
 @dataclass(frozen=True)

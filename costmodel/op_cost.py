@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from costmodel.formulas import dtype_bytes, gemm_cost, vector_cost
+from costmodel.formulas import dtype_bytes, gemm_cost, kernel_estimate, vector_cost
 from costmodel.profile import HardwareProfile
 
 Aval = tuple[tuple[int, ...], str]  # (shape, dtype)
@@ -27,6 +27,14 @@ VECTOR_OPS = frozenset(
     "reduce_min reduce_prod argmax argmin clamp round cumsum cumprod cummax cummin cumlogsumexp "
     "reduce_precision iota".split())
 GEMM_OPS = frozenset(["dot_general", "conv_general_dilated"])
+# Idioms run as one fused vector kernel: per element, the ops of their decomposition, but one pass
+# over SRAM (attention adds its two batched GEMMs).
+IDIOMS: dict[str, dict[str, float]] = {
+    "softmax": {"reduce_max": 1, "sub": 1, "exp": 1, "reduce_sum": 1, "div": 1},
+    "gelu": {"mul": 4, "add": 2, "tanh": 1},
+    "layer_norm": {"reduce_sum": 2, "sub": 1, "mul": 2, "div": 2, "add": 1, "rsqrt": 1},
+    "attention": {},
+}
 
 
 @dataclass(frozen=True)
@@ -77,6 +85,8 @@ def op_cost(p: HardwareProfile, op: str, params: dict[str, Any], ins: list[Aval]
         # Weight-stationary either way round: the compiler programs whichever operand pays less.
         g = min((gemm_cost(p, m, k, n, batch), gemm_cost(p, n, k, m, batch)), key=lambda c: c.time_s)
         return OpCost("gemm", g.time_s, g.energy_j, g.flops, g.bound, g.tiling())
+    if op in IDIOMS:
+        return _idiom_cost(p, op, ins, out)
     if op in FREE_OPS:
         return OpCost("free", 0.0, 0.0, 0.0, "vector")
     touched = sum(nbytes(a) for a in ins) + nbytes(out)
@@ -88,6 +98,29 @@ def op_cost(p: HardwareProfile, op: str, params: dict[str, Any], ins: list[Aval]
         t, e, flops = vector_cost(p, {op: elements}, touched)
         return OpCost("vector", t, e, flops, "vector")
     return _host(p, ins, out)
+
+
+def _idiom_cost(p: HardwareProfile, op: str, ins: list[Aval], out: Aval) -> OpCost:
+    touched = sum(nbytes(a) for a in ins) + nbytes(out)
+    if op != "attention":
+        elements = math.prod(ins[0][0])
+        t, e, flops = vector_cost(p, {k: n * elements for k, n in IDIOMS[op].items()}, touched)
+        return OpCost("vector", t, e, flops, "vector")
+    (b, h, s, dim), keys = ins[0][0], ins[1][0][-1]
+    scores, mix = gemm_cost(p, s, dim, keys, b * h), gemm_cost(p, s, keys, dim, b * h)
+    t, e, flops = vector_cost(p, {k: n * b * h * s * keys for k, n in IDIOMS["softmax"].items()}, touched)
+    return OpCost("gemm", scores.time_s + mix.time_s + t, scores.energy_j + mix.energy_j + e,
+                  scores.flops + mix.flops + flops, scores.bound, scores.tiling())
+
+
+def standalone_time(p: HardwareProfile, op: str, params: dict[str, Any], ins: list[Aval], out: Aval) -> float:
+    """Extraction's price of one op: GEMMs and host ops are kernels of their own (launch and HBM
+    traffic included); elementwise and layout ops are priced as fused epilogues (compute only)."""
+    c = op_cost(p, op, params, ins, out)
+    if c.kind in ("gemm", "host"):
+        moved = sum(nbytes(a) for a in ins) + nbytes(out)
+        return kernel_estimate(p, c.time_s, c.energy_j, c.flops, moved, c.bound).time_s
+    return c.time_s
 
 
 def _host(p: HardwareProfile, ins: list[Aval], out: Aval) -> OpCost:

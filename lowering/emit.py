@@ -10,6 +10,8 @@ import math
 from typing import Any
 
 from costmodel.egraph_view import EClass, EGraphView, ENode
+from costmodel.op_cost import IDIOMS
+from lowering.idioms import expand
 from rewrites.params import ParamsTable
 from rewrites.terms import bits_float, float_bits
 
@@ -64,6 +66,10 @@ def node_equation(node: ENode, eclass: EClass, table: ParamsTable) -> tuple[str,
         case "opaque":
             entry = table.get(a[1])
             return entry["primitive"], entry["params"]
+        case "softmax" | "layer_norm" | "attention":
+            return node.op, {}
+        case "gelu":
+            return "gelu", {"approximate": bool(a[0])}
     raise ValueError(f"term {node.op} is not an equation")
 
 
@@ -121,7 +127,11 @@ def emit_program(view: EGraphView, choice: dict[str, ENode], table: ParamsTable,
             return
         op, params = node_equation(node, cls, table)
         spec = out_spec(cid)
-        eqns.append({"op": op, "in": ins, "out": [spec], "params": params})
+        if op in IDIOMS:
+            avals = [(view.classes[c].shape, view.classes[c].dtype) for c in node.children]
+            eqns.extend(expand(op, params, ins, avals, spec["name"]))
+        else:
+            eqns.append({"op": op, "in": ins, "out": [spec], "params": params})
         names[cid] = spec["name"]
 
     for cid in emission_order(view, choice):

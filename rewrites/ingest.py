@@ -6,6 +6,7 @@ dtype from the wire program's avals.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -14,7 +15,7 @@ from egglog import EGraph, Vec, f64, i64, set_, union
 from rewrites.params import ParamsTable
 from service.wire_params import strip_none_defaults
 from rewrites.terms import (BINARY_OPS, REDUCE_OPS, UNARY_OPS, Term, dtype, float_bits, ivec, literal_value,
-                            output, shape, span_hi, span_lo)
+                            output, shape, slot_hi, slot_lo)
 
 
 @dataclass
@@ -133,12 +134,10 @@ def ingest(program: dict[str, Any]) -> LoadedProgram:
     env: dict[str, Term] = {}
     analyses = []
 
-    def bind(name: str, term: Term, spec: dict[str, Any], let_name: str, ordered: bool = True) -> None:
+    def bind(name: str, term: Term, spec: dict[str, Any], let_name: str) -> None:
         ref = egraph.let(let_name, term)
         env[name] = ref
         analyses.extend([set_(shape(ref)).to(ivec(spec["shape"])), set_(dtype(ref)).to(spec["dtype"])])
-        if ordered:  # a concatenation spans its parts: the merge rules set that when they build one
-            analyses.extend([set_(span_lo(ref)).to(i64(len(env))), set_(span_hi(ref)).to(i64(len(env)))])
 
     literals: dict[tuple, Term] = {}
 
@@ -152,6 +151,31 @@ def ingest(program: dict[str, Any]) -> LoadedProgram:
                              set_(literal_value(term)).to(f64(float(arg["lit"])))])
         return literals[key]
 
+    # Merge-candidate numbering (terms.slot_lo): matmuls sharing an operand get consecutive slots
+    # unless one's other operand might depend on an earlier candidate (its topological level is
+    # higher than that candidate's), as in an RNN's recurrent h@W_h: merging those would make a
+    # cycle. Such a matmul starts a new run, one slot apart, so runs never look adjacent. A matmul
+    # whose other operand is already a concatenation is a merge result, not a candidate.
+    levels: dict[str, int] = {}
+    concatenated: set[str] = set()
+    runs: dict[tuple, list[int]] = {}  # (group, shared operand, dims) -> [next slot, lowest level in run]
+
+    def number_merge_candidates(eqn: dict[str, Any], level: int) -> None:
+        lhs, rhs = eqn["in"]
+        dims = json.dumps(eqn["params"].get("dimension_numbers"))
+        for group, shared, other in (("input", lhs, rhs), ("weight", rhs, lhs)):
+            if not isinstance(shared, str) or other in concatenated:
+                continue
+            run = runs.setdefault((group, shared, dims), [0, level])
+            if isinstance(other, str) and levels.get(other, 0) >= run[1]:
+                run[0] += 1  # leave a gap: a new run
+                run[1] = level
+            slot = i64(run[0])
+            run[0] += 1
+            run[1] = min(run[1], level)
+            ref = env[eqn["out"][0]["name"]]
+            analyses.extend([set_(slot_lo(group, ref)).to(slot), set_(slot_hi(group, ref)).to(slot)])
+
     for i, spec in enumerate([*program["inputs"], *program.get("consts", [])]):
         bind(spec["name"], Term.var(i), spec, f"x{i}")
     for i, eqn in enumerate(program["eqns"]):
@@ -160,8 +184,14 @@ def ingest(program: dict[str, Any]) -> LoadedProgram:
             terms = encode_eqn(eqn, [arg_term(a) for a in ins], table)
         else:
             terms = _opaque_with_literal_args(eqn, table, env)
+        level = 1 + max((levels.get(a, 0) for a in ins if isinstance(a, str)), default=0)
         for k, (term, spec) in enumerate(zip(terms, eqn["out"])):
-            bind(spec["name"], term, spec, f"e{i}_{k}", ordered=eqn["op"] != "concatenate")
+            bind(spec["name"], term, spec, f"e{i}_{k}")
+            levels[spec["name"]] = level
+        if eqn["op"] == "dot_general" and len(ins) == 2:
+            number_merge_candidates(eqn, level)
+        elif eqn["op"] == "concatenate":
+            concatenated.update(o["name"] for o in eqn["out"])
     roots = [env[o] if isinstance(o, str) else arg_term(o) for o in program["outputs"]]
     egraph.register(*analyses, *(union(output(i)).with_(r) for i, r in enumerate(roots)))
     return LoadedProgram(egraph, table, program, len(roots), len(program["eqns"]))

@@ -1,17 +1,27 @@
-"""Layout rules: transpose, reshape, broadcast, squeeze and slice composition and cancellation."""
+"""Layout rules: transpose, reshape, broadcast, squeeze, slice and convert composition and
+cancellation, and reductions through layout changes."""
 from __future__ import annotations
 
-from egglog import Vec, eq, i64, rewrite, rule, union, vars_
+import functools
+import operator
 
-from rewrites.analysis import MAX_RANK, iota, zeros
+from egglog import String, Vec, eq, f64, i64, rewrite, rule, union, var, vars_
+
+from rewrites.analysis import MAX_RANK, iota, typed, zeros
+from rewrites.params import NO_PARAMS
 from rewrites.registry import Family
-from rewrites.terms import Term, shape
+from rewrites.terms import Term, dtype, shape
 
 LAYOUT = Family("layout")
 
-x, outer = vars_("x outer", Term)
-p, q, s, a, b, dims, st = vars_("p q s a b dims st", Vec[i64])
-e, e2 = vars_("e e2", i64)
+x, y, outer = vars_("x y outer", Term)
+p, q, s, a, b, dims, st, st2, s2 = vars_("p q s a b dims st st2 s2", Vec[i64])
+e, e2, dim = vars_("e e2 dim", i64)
+d = var("d", String)
+NONE = i64(NO_PARAMS)
+parts = var("parts", Vec[Term])
+# Containers cannot be matched structurally in a query: bind a two-part concat's parts by index.
+two_parts = [eq(parts.length()).to(i64(2)), eq(x).to(parts[i64(0)]), eq(y).to(parts[i64(1)])]
 
 for n in range(1, MAX_RANK + 1):
     composed = Vec[i64](*(p[q[i64(k)]] for k in range(n)))
@@ -39,3 +49,55 @@ LAYOUT.add("reshape-identity", "exact",
            rule(eq(outer).to(Term.reshape(x, s, e)), eq(shape(x)).to(s)).then(union(outer).with_(x)))
 # squeeze(expand_dims(x, d), d) -> x
 LAYOUT.add("squeeze-expand-dims", "exact", rewrite(Term.squeeze(Term.expand_dims(x, dims), dims)).to(x))
+
+# squeeze(x) -> reshape(x, shape): one canonical form, so reshape-reshape composes them
+LAYOUT.add("squeeze-to-reshape", "exact",
+           rule(eq(outer).to(Term.squeeze(x, dims)), eq(s).to(shape(outer)))
+           .then(union(outer).with_(Term.reshape(x, s, NONE))))
+# convert_element_type(x, dtype(x)) -> x
+LAYOUT.add("convert-identity", "exact",
+           rule(eq(outer).to(Term.convert(x, d, e)), eq(d).to(dtype(x))).then(union(outer).with_(x)))
+
+for n in range(0, MAX_RANK + 1):
+    # broadcast(broadcast(x, s1, d1), s2, d2) -> broadcast(x, s2, d2∘d1); guard: rank(x) = n
+    LAYOUT.add("broadcast-broadcast", "exact",
+               rule(eq(outer).to(Term.broadcast(Term.broadcast(x, s, a, e), s2, b, e2)), eq(a.length()).to(i64(n)))
+               .then(union(outer).with_(Term.broadcast(x, s2, Vec[i64](*(b[a[i64(k)]] for k in range(n))), e2))))
+
+for n in range(1, MAX_RANK + 1):
+    # slice(slice(x, s1, l1), s2, l2) -> slice(x, s1 + s2, s1 + l2); guard: unit strides, rank n
+    LAYOUT.add("slice-slice", "exact",
+               rule(eq(outer).to(Term.slice(Term.slice(x, a, b, st), s, s2, st2)), eq(a.length()).to(i64(n)),
+                    eq(st.length()).to(i64(0)), eq(st2.length()).to(i64(0)))
+               .then(union(outer).with_(Term.slice(x, Vec[i64](*(a[i64(k)] + s[i64(k)] for k in range(n))),
+                                                   Vec[i64](*(a[i64(k)] + s2[i64(k)] for k in range(n))),
+                                                   Vec[i64]()))))
+    # slice(concat(x, y), 0, shape(x)) -> x: the first part back (unit strides)
+    LAYOUT.add("slice-of-concat", "exact",
+               rule(eq(outer).to(Term.slice(Term.concat(parts, dim), zeros(n), s, st)), *two_parts,
+                    eq(s).to(shape(x)), eq(st.length()).to(i64(0)))
+               .then(union(outer).with_(x)))
+    for axis in range(n):
+        # slice(concat(x, y), (0.., |x|_axis, ..0), shape(concat)) -> y: the second part back
+        both = Term.concat(parts, i64(axis))
+        LAYOUT.add("slice-of-concat", "exact",
+                   rule(eq(outer).to(Term.slice(both, a, s, st)), *two_parts, eq(s).to(shape(both)),
+                        eq(b).to(shape(x)), eq(s.length()).to(i64(n)), eq(st.length()).to(i64(0)),
+                        eq(a).to(Vec[i64](*(b[i64(axis)] if k == axis else i64(0) for k in range(n)))))
+                   .then(union(outer).with_(y)))
+    # full reduction of a transpose -> full reduction of x (max/min exact; a sum reorders terms)
+    for reducer, mode in (("reduce_sum", "real"), ("reduce_max", "exact"), ("reduce_min", "exact")):
+        LAYOUT.add(f"{reducer.replace('_', '-')}-of-transpose", mode,
+                   rewrite(Term.reduce(reducer, Term.transpose(x, p), iota(n), e))
+                   .to(Term.reduce(reducer, x, iota(n), e), eq(p.length()).to(i64(n))))
+    # reduce_sum(broadcast(scalar x), all axes) -> x * size; real: a sum of copies vs one product
+    size = f64.from_i64(functools.reduce(operator.mul, (s[i64(k)] for k in range(n))))
+    LAYOUT.add("reduce-sum-of-broadcast", "real",
+               rule(eq(outer).to(Term.reduce("reduce_sum", Term.broadcast(x, s, Vec[i64](), e2), iota(n), e)),
+                    eq(s.length()).to(i64(n)), eq(d).to(dtype(x)), eq(d).to(String("float32")))
+               .then(union(outer).with_(Term.binary("mul", x, Term.flit(size, d), NONE)),
+                     *typed(Term.flit(size, d), Vec[i64](), d)))
+# copy(x) -> x, stop_gradient(x) -> x: identities of the forward computation (gradients are
+# already equations of the program by the time it reaches the optimizer)
+LAYOUT.add("copy-identity", "exact", rewrite(Term.unary("copy", x, e)).to(x),
+           rewrite(Term.unary("stop_gradient", x, e)).to(x))

@@ -1,49 +1,75 @@
-"""Multi-pattern merges (TASO/TENSAT style): two matmuls sharing their input become one."""
+"""Multi-pattern merges (TASO/TENSAT style): two matmuls sharing their input become one matmul on
+concatenated weights; two sharing their weight become one on stacked inputs (the RNN case).
+
+Ordering guard: ingest numbers the matmuls that share an operand (terms.slot_lo); a merge joins a
+range with the next single candidate, so each group of n grows left to right in n - 1 rounds
+through O(n^2) merged matmuls instead of re-merging pairs in both orders.
+"""
 from __future__ import annotations
 
 from egglog import String, Vec, eq, i64, rule, set_, union, var, vars_
 
 from rewrites.analysis import typed, zeros
 from rewrites.registry import Family
-from rewrites.terms import Term, dtype, ivec, shape, span_hi, span_lo
+from rewrites.terms import Term, dtype, ivec, shape, slot_hi, slot_lo
 
 MERGE = Family("merge")
 
-
-x, w1, w2, d1, d2 = vars_("x w1 w2 d1 d2", Term)
-sx, s1, s2 = vars_("sx s1 s2", Vec[i64])
-lo1, hi1, lo2, hi2 = vars_("lo1 hi1 lo2 hi2", i64)
+x, w, a1, a2, d1, d2 = vars_("x w a1 a2 d1 d2", Term)
+sx, s1, s2, sw = vars_("sx s1 s2 sw", Vec[i64])
+lo1, hi1, next_slot = vars_("lo1 hi1 next_slot", i64)
 e = var("e", i64)
-dt, dw = vars_("dt dw", String)
-
-# The ordering guard needs a total order on weights: program inputs are ordered by index (seeded
-# by ingest) and a merged weight spans the indices of its parts, so each pair merges once.
+dt, da = vars_("dt da", String)
 
 
-def _rank(n: int) -> None:
-    def mm(w: Term) -> Term:
-        return Term.dot(x, w, ivec([n - 1]), ivec([0]), ivec([]), ivec([]), e)
+def _adjacent(group: str) -> list:
+    """d2 is the single candidate right after d1's range."""
+    return [eq(lo1).to(slot_lo(group, d1)), eq(hi1).to(slot_hi(group, d1)),
+            eq(next_slot).to(slot_lo(group, d2)), eq(next_slot).to(slot_hi(group, d2)), eq(next_slot).to(hi1 + 1)]
+
+
+def _covers(group: str, merged: Term) -> list:
+    return [set_(slot_lo(group, merged)).to(lo1), set_(slot_hi(group, merged)).to(next_slot)]
+
+
+def _same_input(n: int) -> None:
+    def mm(rhs: Term) -> Term:
+        return Term.dot(x, rhs, ivec([n - 1]), ivec([0]), ivec([]), ivec([]), e)
 
     lead = [sx[i64(k)] for k in range(n - 1)]
     n1, n2 = s1[1], s2[1]
-    merged_w = Term.concat(Vec[Term](w1, w2), 1)
+    merged_w = Term.concat(Vec[Term](a1, a2), 1)
     merged = mm(merged_w)
-    # x@W1, x@W2 -> slices of x@concat(W1, W2); guard: hi(W1) < lo(W2) orders the pair
+    # x@W1, x@W2 -> column slices of x@concat(W1, W2); W1, W2 matrices of one dtype
     MERGE.add("same-input-matmul-merge", "real",
-              rule(eq(d1).to(mm(w1)), eq(d2).to(mm(w2)),
+              rule(eq(d1).to(mm(a1)), eq(d2).to(mm(a2)), *_adjacent("input"),
                    eq(sx).to(shape(x)), eq(sx.length()).to(i64(n)),
-                   eq(s1).to(shape(w1)), eq(s2).to(shape(w2)),
-                   eq(s1.length()).to(i64(2)), eq(s2.length()).to(i64(2)),  # matrices: concat on dim 1
-                   eq(hi1).to(span_hi(w1)), eq(lo2).to(span_lo(w2)), hi1 < lo2,
-                   eq(lo1).to(span_lo(w1)), eq(hi2).to(span_hi(w2)),
-                   eq(dt).to(dtype(d1)), eq(dw).to(dtype(w1)))
-              .then(*typed(merged_w, Vec[i64](s1[0], n1 + n2), dw),
-                    set_(span_lo(merged_w)).to(lo1), set_(span_hi(merged_w)).to(hi2),
-                    *typed(merged, Vec[i64](*lead, n1 + n2), dt),
+                   eq(s1).to(shape(a1)), eq(s2).to(shape(a2)), eq(s1.length()).to(i64(2)),
+                   eq(s2.length()).to(i64(2)), eq(dt).to(dtype(d1)), eq(da).to(dtype(a1)), eq(da).to(dtype(a2)))
+              .then(*typed(merged_w, Vec[i64](s1[0], n1 + n2), da),
+                    *typed(merged, Vec[i64](*lead, n1 + n2), dt), *_covers("input", merged),
                     union(d1).with_(Term.slice(merged, zeros(n), Vec[i64](*lead, n1), ivec([]))),
                     union(d2).with_(Term.slice(merged, Vec[i64](*(i64(0) for _ in lead), n1),
                                                Vec[i64](*lead, n1 + n2), ivec([])))))
 
 
 for _n in (2, 3):
-    _rank(_n)
+    _same_input(_n)
+
+
+def _mw(lhs: Term) -> Term:
+    return Term.dot(lhs, w, ivec([1]), ivec([0]), ivec([]), ivec([]), e)
+
+
+stacked = Term.concat(Vec[Term](a1, a2), 0)
+# x1@W, x2@W -> row slices of concat(x1, x2)@W; x1, x2, W matrices, x1 and x2 of one dtype
+MERGE.add("same-weight-matmul-merge", "real",
+          rule(eq(d1).to(_mw(a1)), eq(d2).to(_mw(a2)), *_adjacent("weight"),
+               eq(s1).to(shape(a1)), eq(s1.length()).to(i64(2)), eq(s2).to(shape(a2)), eq(s2.length()).to(i64(2)),
+               eq(sw).to(shape(w)), eq(sw.length()).to(i64(2)), eq(dt).to(dtype(d1)), eq(da).to(dtype(a1)),
+               eq(da).to(dtype(a2)))
+          .then(*typed(stacked, Vec[i64](s1[0] + s2[0], s1[1]), da),
+                *typed(_mw(stacked), Vec[i64](s1[0] + s2[0], sw[1]), dt), *_covers("weight", _mw(stacked)),
+                union(d1).with_(Term.slice(_mw(stacked), zeros(2), Vec[i64](s1[0], sw[1]), ivec([]))),
+                union(d2).with_(Term.slice(_mw(stacked), Vec[i64](s1[0], i64(0)),
+                                           Vec[i64](s1[0] + s2[0], sw[1]), ivec([])))))

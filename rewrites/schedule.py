@@ -12,12 +12,13 @@ from dataclasses import dataclass, field
 from egglog import EGraph, Ruleset, back_off, run, ruleset
 
 from rewrites.algebra import ALGEBRA
+from rewrites.idioms import IDIOMS
 from rewrites.layout import LAYOUT
 from rewrites.matmul import MATMUL
 from rewrites.merge import MERGE
 from rewrites.registry import FpMode, rule_names_by_decl
 
-SINGLE_PATTERN = [ALGEBRA, LAYOUT, MATMUL]
+SINGLE_PATTERN = [ALGEBRA, LAYOUT, MATMUL, IDIOMS]
 MULTI_PATTERN = [MERGE]  # merges run a bounded number of rounds: they feed on their own output
 ALL_FAMILIES = [*SINGLE_PATTERN, *MULTI_PATTERN]
 _RULE_NAMES = rule_names_by_decl(ALL_FAMILIES)
@@ -28,7 +29,7 @@ class Budget:
     iter_limit: int = 12
     node_limit: int = 50_000
     time_limit_s: float = 5.0
-    merge_rounds: int = 3
+    merge_rounds: int = 8  # a group of n matmuls sharing an operand merges fully in n - 1 rounds
     ac_match_limit: int = 1_000  # back_off: an AC rule matching more than this in one pass is skipped
 
 

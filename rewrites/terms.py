@@ -15,7 +15,7 @@ from egglog import Expr, String, StringLike, Vec, f64, f64Like, function, i64, i
 # Elementwise ops that map one array to one array of the same shape.
 UNARY_OPS = frozenset(
     "neg exp exp2 log log1p expm1 tanh logistic sin cos tan sqrt rsqrt cbrt abs sign floor ceil "
-    "erf erfc erf_inv not is_finite square reciprocal".split()
+    "erf erfc erf_inv not is_finite square reciprocal copy stop_gradient".split()
 )
 # Elementwise ops of two operands (size-1 and rank-0 operands broadcast implicitly).
 BINARY_OPS = frozenset("add sub mul div max min pow rem atan2 nextafter eq ne lt le gt ge and or xor".split())
@@ -92,6 +92,24 @@ class Term(Expr):
     def conv(cls, lhs: Term, rhs: Term, extra: i64Like) -> Term:
         """conv_general_dilated; all its params live in the params table."""
 
+    # Idioms: known kernels recognized from their decompositions (rewrites/idioms.py); lowering
+    # expands each back into the standard primitives of its reference implementation.
+    @classmethod
+    def softmax(cls, x: Term) -> Term:
+        """Softmax over the last axis."""
+
+    @classmethod
+    def gelu(cls, x: Term, approximate: i64Like) -> Term:
+        """GELU: 1 = tanh approximation, 0 = exact (erf)."""
+
+    @classmethod
+    def layer_norm(cls, x: Term, eps: Term) -> Term:
+        """(x - mean) * rsqrt(var + eps) over the last axis (scale and shift stay separate ops)."""
+
+    @classmethod
+    def attention(cls, q: Term, kt: Term, v: Term, scale: Term) -> Term:
+        """softmax(q @ kt / scale) @ v over [batch, heads, seq, dim] operands (kt: keys transposed)."""
+
     @classmethod
     def opaque(cls, primitive: StringLike, extra: i64Like, args: Vec[Term], index: i64Like) -> Term:
         """Output `index` of a primitive the optimizer does not model; carried through untouched."""
@@ -113,14 +131,15 @@ def literal_value(x: Term) -> f64:
 
 
 @function(merge=lambda old, new: old.min(new))
-def span_lo(x: Term) -> i64:
-    """Position in program order (inputs, then equations) of the first value a (possibly merged)
-    term spans: the merge rules' ordering guard, so each pair merges once, in one orientation."""
+def slot_lo(group: StringLike, dot: Term) -> i64:
+    """Merge-candidate numbering: matmuls that share their input (group "input") or their weight
+    (group "weight") are numbered in program order at ingest; a merged matmul covers a range. The
+    merge rules only join adjacent ranges, so n candidates make O(n^2) merges, not 2^n."""
 
 
 @function(merge=lambda old, new: old.max(new))
-def span_hi(x: Term) -> i64:
-    """Position of the last value a (possibly merged) term spans."""
+def slot_hi(group: StringLike, dot: Term) -> i64:
+    """Upper end of a matmul's merge-candidate range (see `slot_lo`)."""
 
 
 @function

@@ -22,6 +22,13 @@ class OptimizeRequest(BaseModel):
     options: OptimizeOptions | None = None
 
 
+class SweepRequest(OptimizeRequest):
+    params: dict[str, list[int | float]] = Field(
+        description="one or two dotted profile fields, each with the values to try, e.g. "
+                    '{"gemm.rows": [64, 128, 256], "gemm.weight_load_s": [2e-6, 1e-5, 1e-9]}; '
+                    "at most 25 grid points")
+
+
 class _Open(BaseModel):
     # Keys the pipeline adds later must reach the client, not be dropped by the response model.
     model_config = ConfigDict(extra="allow")
@@ -50,6 +57,14 @@ class OptimizeResponse(_Open):
     validation: Validation
     report: dict[str, Any]
     cache: Literal["hit", "miss"]
+
+
+class SweepResponse(_Open):
+    hardware: str
+    params: dict[str, list[Any]]
+    points: list[dict[str, Any]] = Field(description="per grid point: overrides, estimate, kernels, "
+                                                     "rewrites, op_delta, gemms, program_digest")
+    distinct_programs: int = Field(description="how many different programs the grid chose")
 
 
 class HardwareSummary(BaseModel):

@@ -15,9 +15,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from costmodel.profile import ProfileError, list_profiles, load_profile
 from service import pipeline
-from service.api_models import (HardwareSummary, OptimizeRequest, OptimizeResponse, UnknownHardware,
-                                count_equations, error_status, resolve_hardware)
+from service.api_models import (HardwareSummary, OptimizeRequest, OptimizeResponse, SweepRequest,
+                                SweepResponse, UnknownHardware, count_equations, error_status,
+                                resolve_hardware)
 from service.settings import Settings, get_settings
+from service.sweep import SweepError, sweep
 from service.wire import FORMAT, WireError
 
 
@@ -114,6 +116,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
+def _program_within_limits(body: OptimizeRequest, settings: Settings) -> dict[str, Any]:
+    """The program exactly as the client sent it (aliases, literal objects), so the in-process
+    client and HTTP produce the same request id and result; 422 beyond OPTU_MAX_EQUATIONS."""
+    program = body.program.model_dump(mode="json", by_alias=True)
+    n_eqns = count_equations(program)
+    if n_eqns > settings.max_equations:
+        raise HTTPException(422, {"eqn": None, "field": "program.eqns",
+                                  "message": f"program has {n_eqns} equations; the limit is "
+                                             f"{settings.max_equations} (OPTU_MAX_EQUATIONS)"})
+    return program
+
+
 def _add_routes(app: FastAPI) -> None:
     @app.post("/v1/optimize", response_model=OptimizeResponse, tags=["optimize"],
               responses={400: {"description": "malformed JSON or unknown format version"},
@@ -122,16 +136,22 @@ def _add_routes(app: FastAPI) -> None:
                          422: {"description": "program does not type-check (eqn, field, message), "
                                               "too many equations, or invalid options/hardware"}})
     def optimize(body: OptimizeRequest, settings: Settings = Depends(settings_of)) -> Any:
-        # The pipeline sees exactly the JSON a client sent (aliases, literal objects), so the
-        # in-process client and HTTP produce the same request id and result.
-        program = body.program.model_dump(mode="json", by_alias=True)
-        n_eqns = count_equations(program)
-        if n_eqns > settings.max_equations:
-            raise HTTPException(422, {"eqn": None, "field": "program.eqns",
-                                      "message": f"program has {n_eqns} equations; the limit is "
-                                                 f"{settings.max_equations} (OPTU_MAX_EQUATIONS)"})
+        program = _program_within_limits(body, settings)
         hardware = resolve_hardware(body.hardware, settings.default_hardware)
         return pipeline.optimize(program, hardware, body.options)
+
+    @app.post("/v1/sweep", response_model=SweepResponse, tags=["optimize"],
+              responses={404: {"description": "unknown hardware profile name"},
+                         422: {"description": "more than 2 params or 25 points, an unknown or invalid "
+                                              "profile field (named), or a program that does not type-check"}})
+    def sweep_hardware(body: SweepRequest, settings: Settings = Depends(settings_of)) -> Any:
+        """Optimize the program at every point of a grid of profile overrides, re-extracting each."""
+        program = _program_within_limits(body, settings)
+        hardware = resolve_hardware(body.hardware, settings.default_hardware)
+        try:
+            return sweep(program, hardware, body.params, body.options)
+        except SweepError as exc:  # a ProfileError too, but the field lives in params, not hardware
+            raise HTTPException(422, {"field": exc.field, "message": str(exc)}) from None
 
     @app.get("/v1/hardware", response_model=list[HardwareSummary], tags=["hardware"])
     def hardware_list() -> list[HardwareSummary]:

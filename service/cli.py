@@ -1,4 +1,5 @@
-"""The `optu` console script: serve the API, optimize a wire-program file, list hardware profiles."""
+"""The `optu` console script: serve the API, optimize a wire-program file, sweep hardware parameters,
+calibrate the cpu-host profile, list hardware profiles."""
 from __future__ import annotations
 
 import argparse
@@ -58,6 +59,80 @@ def _optimize(args: argparse.Namespace) -> int:
     return 0
 
 
+def _number(text: str) -> int | float:
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+def _sweep_param(text: str) -> tuple[str, list[int | float]]:
+    """`gemm.rows=64,128,256` -> ("gemm.rows", [64, 128, 256])."""
+    name, sep, values = text.partition("=")
+    try:
+        parsed = [_number(v) for v in values.split(",") if v.strip()]
+    except ValueError:
+        parsed = []
+    if not sep or not name or not parsed:
+        raise argparse.ArgumentTypeError(f"expected FIELD=V1,V2,... with numbers, got {text!r}")
+    return name, parsed
+
+
+def sweep_table(result: dict[str, Any]) -> str:
+    """One row per grid point; `changes` is the chosen program's op delta and its GEMM shapes."""
+    names = list(result["params"])
+    header = [*names, "optimized", "baseline", "speedup", "kernels", "program", "changes"]
+    rows = []
+    for p in result["points"]:
+        est = p["estimate"]
+        delta = " ".join(f"{op}{n:+d}" for op, n in p["op_delta"].items())
+        gemms = "gemms " + ",".join(p["gemms"]) if p["gemms"] else ""
+        rows.append([*(f"{p['overrides'][n]:g}" for n in names),
+                     f"{est['optimized']['time_s'] * 1e6:.3f} us", f"{est['baseline']['time_s'] * 1e6:.3f} us",
+                     f"{est['speedup_vs_baseline']:.2f}x", str(p["kernels"]), p["program_digest"][:8],
+                     "; ".join(x for x in (delta, gemms) if x) or "-"])
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]]
+    lines.append(f"{result['distinct_programs']} distinct program(s) over {len(rows)} point(s) on "
+                 f"{result['hardware']}")
+    return "\n".join(lines)
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    request = _load_request(args.file)
+    params = dict(args.param)
+    if len(params) != len(args.param):
+        raise ValueError("--param: each field may be given once")
+    body = {"program": request["program"], "hardware": args.hardware or request.get("hardware"),
+            "options": request.get("options"), "params": params}
+    if args.server:
+        reply = httpx.post(args.server.rstrip("/") + "/v1/sweep", json=body, timeout=600)
+        if reply.status_code != 200:
+            print(f"optu: sweep failed ({reply.status_code}): {reply.text}", file=sys.stderr)
+            return 1
+        result = reply.json()
+    else:
+        from service.sweep import sweep
+
+        result = sweep(body["program"], body["hardware"], params, body["options"])
+    print(json.dumps(result, indent=2) if args.json else sweep_table(result))
+    return 0
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from costmodel.calibrate import calibrate, write_cpu_host_profile
+
+    measured = calibrate(args.seconds)
+    path = write_cpu_host_profile(measured, *([args.output] if args.output else []))
+    print(f"matmul        {measured['matmul']['flops_per_s'] / 1e9:.2f} GFLOP/s\n"
+          f"vector        {measured['vector']['flops_per_s'] / 1e9:.2f} GFLOP/s, "
+          f"{measured['vector']['sram_bw_bytes_per_s'] / 1e9:.2f} GB/s cached\n"
+          f"memory        {measured['memory']['hbm_bw_bytes_per_s'] / 1e9:.2f} GB/s\n"
+          f"per call      {measured['overhead']['launch_overhead_s'] * 1e6:.2f} us\n"
+          f"wrote         {path}")
+    return 0
+
+
 def _hardware(args: argparse.Namespace) -> int:
     if args.server:
         reply = httpx.get(args.server.rstrip("/") + "/v1/hardware", timeout=30)
@@ -88,6 +163,20 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--server", metavar="URL", help="POST to this server instead of running in-process")
     opt.add_argument("--json", action="store_true", help="print the whole response")
     opt.set_defaults(run=_optimize)
+
+    sw = commands.add_parser("sweep", help="optimize a program over a grid of hardware parameters")
+    sw.add_argument("file", metavar="FILE.json", help="a wire program or a /v1/optimize request body")
+    sw.add_argument("--param", type=_sweep_param, action="append", required=True, metavar="FIELD=V1,V2,...",
+                    help="a dotted profile field and its values, e.g. gemm.rows=64,128,256; at most twice")
+    sw.add_argument("--hardware", metavar="NAME", help="base profile (default: the file's, else the default)")
+    sw.add_argument("--server", metavar="URL", help="POST to this server's /v1/sweep instead of running in-process")
+    sw.add_argument("--json", action="store_true", help="print the whole result")
+    sw.set_defaults(run=_sweep)
+
+    cal = commands.add_parser("calibrate", help="measure this CPU with JAX and write the cpu-host profile")
+    cal.add_argument("--seconds", type=float, default=20, help="measurement budget, compile time excluded")
+    cal.add_argument("--output", metavar="PATH", help="default: costmodel/profiles/cpu-host.toml")
+    cal.set_defaults(run=_calibrate)
 
     hw = commands.add_parser("hardware", help="list hardware profiles")
     hw.add_argument("--server", metavar="URL", help="ask this server instead of the local files")

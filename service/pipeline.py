@@ -14,8 +14,7 @@ from typing import Any
 from costmodel.egraph_view import EGraphView, ENode, view_egraph
 from costmodel.extract import Extraction, extract_greedy_dag
 from costmodel.ilp import extract_auto, extract_ilp
-from costmodel.formulas import kernel_estimate
-from costmodel.op_cost import nbytes, op_cost
+from costmodel.op_cost import standalone_time
 from costmodel.profile import HardwareProfile, load_profile, profile_from_dict
 from lowering.emit import LEAF_OPS, ExtractionCycle, emit_program, node_equation
 from lowering.kernels import KernelProgram, build_kernel_program, lower_bound
@@ -69,8 +68,7 @@ def static_classes(view: EGraphView, program: dict) -> set[str]:
 
 
 def node_coster(view: EGraphView, table: ParamsTable, profile: HardwareProfile, static: set[str]):
-    """Per-node cost for extraction: GEMMs and host ops are kernels of their own (launch and HBM
-    traffic included); elementwise and layout ops are priced as fused epilogues (compute only)."""
+    """Per-node cost for extraction (`standalone_time`); weight-only work is free per call."""
 
     def cost(node: ENode) -> float:
         if node.op in LEAF_OPS:
@@ -80,12 +78,7 @@ def node_coster(view: EGraphView, table: ParamsTable, profile: HardwareProfile, 
         cls = view.classes[node.eclass]
         op, params = node_equation(node, cls, table)
         ins = [(view.classes[c].shape, view.classes[c].dtype) for c in node.children]
-        out = (cls.shape, cls.dtype)
-        c = op_cost(profile, op, params, ins, out)
-        if c.kind in ("gemm", "host"):
-            moved = sum(nbytes(a) for a in ins) + nbytes(out)
-            return kernel_estimate(profile, c.time_s, c.energy_j, c.flops, moved, c.bound).time_s + NODE_EPSILON_S
-        return c.time_s + NODE_EPSILON_S
+        return standalone_time(profile, op, params, ins, (cls.shape, cls.dtype)) + NODE_EPSILON_S
 
     return cost
 
@@ -104,12 +97,18 @@ def _budget(options: OptimizeOptions) -> Budget:
                   time_limit_s=min(options.time_limit_s or s.default_time_limit_s, s.max_time_limit_s))
 
 
+AUTO_ILP_NODE_BUDGET = 5_000  # beyond this the ILP rarely proves anything in the time it gets
+AUTO_ILP_TIME_FRACTION = 0.25  # of the request's time limit, capped below
+
+
 def _extract(view: EGraphView, cost, options: OptimizeOptions, time_limit_s: float) -> Extraction:
+    """`ilp` gets the whole time limit; `auto` gives it a quarter (at most 2 s) and keeps greedy's
+    answer when the ILP cannot beat it in time (e.g. symmetric commutativity-heavy e-graphs)."""
     if options.extraction == "greedy":
         return extract_greedy_dag(view, cost)
     if options.extraction == "ilp":
         return extract_ilp(view, cost, time_limit_s=time_limit_s)
-    return extract_auto(view, cost, time_limit_s)
+    return extract_auto(view, cost, min(2.0, AUTO_ILP_TIME_FRACTION * time_limit_s), AUTO_ILP_NODE_BUDGET)
 
 
 def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | None = None,

@@ -28,7 +28,8 @@ NONE_DEFAULTS: dict[str, tuple[str, ...]] = {
     **{p: ("accuracy",) for p in ("cbrt", "cos", "exp", "exp2", "expm1", "log", "log1p",
                                   "logistic", "rsqrt", "sin", "sqrt", "tan", "tanh")},
     "mul": ("out_dtype",),
-    **{p: ("sharding",) for p in ("broadcast_in_dim", "convert_element_type", "iota", "reshape")},
+    **{p: ("sharding",) for p in ("broadcast_in_dim", "convert_element_type", "iota")},
+    "reshape": ("dimensions", "sharding"),
     **{p: ("out_sharding", "precision", "preferred_element_type")
        for p in ("dot_general", "conv_general_dilated")},
     "reduce_sum": ("out_sharding",),

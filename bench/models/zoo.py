@@ -122,9 +122,23 @@ def matmul_chain() -> Model:
     return fn, tuple(_normal(rng, a, b, scale=1 / np.sqrt(a)) for a, b in zip(dims, dims[1:]))
 
 
+def rnn_unrolled() -> Model:
+    rng = np.random.default_rng(6)
+    steps, batch, n_in, n_hid = 8, 4, 16, 32
+
+    def fn(xs, w_x, w_h, b):
+        h = jnp.zeros((batch, n_hid), jnp.float32)
+        for t in range(steps):  # unrolled in Python, as NasRNN-style cells are
+            h = jnp.tanh(xs[t] @ w_x + h @ w_h + b)
+        return h
+
+    return fn, (_normal(rng, steps, batch, n_in), _normal(rng, n_in, n_hid, scale=0.25),
+                _normal(rng, n_hid, n_hid, scale=0.15), _normal(rng, n_hid, scale=0.1))
+
+
 ZOO: dict[str, Callable[[], Model]] = {
     f.__name__: f for f in (mlp2, transformer_layer, convnet, lstm_scan, mlp_train_step,
-                            matmul_chain)}
+                            matmul_chain, rnn_unrolled)}
 
 WEIGHT_ARGNUMS: dict[str, tuple[int, ...]] = {
     "mlp2": (1, 2, 3, 4),
@@ -133,4 +147,5 @@ WEIGHT_ARGNUMS: dict[str, tuple[int, ...]] = {
     "lstm_scan": (1, 2, 3),
     "mlp_train_step": (0,),
     "matmul_chain": tuple(range(1, 7)),
+    "rnn_unrolled": (1, 2, 3),
 }

@@ -3,6 +3,7 @@ exact mode; goal tests for chains and transposes, negative tests for unsound reg
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -31,11 +32,52 @@ from service.pipeline import optimize
 
 chain = st.tuples(dims(), dims(), dims(), dims()).map(lambda d: ([d[:2], d[1:3], d[2:]], {}))
 pair = st.tuples(dims(), dims(), dims()).map(lambda d: ([d[:2], d[1:]], {}))
+# a[b, m, k], b[b, k, n], c[b, n, p]
+batched_chain = st.tuples(dims(1, 4), dims(), dims(), dims(), dims()).map(
+    lambda d: ([(d[0], d[1], d[2]), (d[0], d[2], d[3]), (d[0], d[3], d[4])], {}))
+# a[k, m] (used transposed), b[k, n]; a[m, k], b[n, k] (b used transposed)
+lhs_transposed = pair.map(lambda c: ([c[0][0][::-1], c[0][1]], {}))
+rhs_transposed = pair.map(lambda c: ([c[0][0], c[0][1][::-1]], {}))
+# x[m, k], w[k, n] and a scalar s
+scaled = pair.map(lambda c: ([*c[0], ()], {}))
+# x[m, k], w[k, n] and per-column scales v[n]
+column_scaled = pair.map(lambda c: ([*c[0], (c[0][1][1],)], {}))
+# x[m, k], w1[k, n], w2[k, n]
+two_weights = pair.map(lambda c: ([*c[0], c[0][1]], {}))
+
+
+def broadcast(x, shape, dims):
+    return lax.broadcast_in_dim_p.bind(x, shape=tuple(shape), broadcast_dimensions=tuple(dims), sharding=None)
+
+
+def bmm(a, b):
+    return lax.dot_general(a, b, (((2,), (1,)), ((0,), (0,))))
+
+
+def contract(a, b, i, j):
+    """a dot_general contracting a's dim i with b's dim j, with the params jnp's `@` gives it."""
+    return lax.dot_general(a, b, (((i,), (j,)), ((), ())), preferred_element_type=a.dtype)
+
+
+def columns(v, like):
+    """v[n] broadcast along the rows of `like` [*, n] (a per-column scale)."""
+    return broadcast(v, like.shape, (1,))
+
 
 CASES: dict[str, RuleCase] = {
     "matmul-assoc-right": RuleCase(lambda a, b, c: (a @ b) @ c, lambda a, b, c: a @ (b @ c), chain),
     "matmul-assoc-left": RuleCase(lambda a, b, c: a @ (b @ c), lambda a, b, c: (a @ b) @ c, chain),
     "transpose-of-matmul": RuleCase(lambda a, b: (a @ b).T, lambda a, b: b.T @ a.T, pair),
+    "batched-matmul-assoc": RuleCase(lambda a, b, c: bmm(bmm(a, b), c), lambda a, b, c: bmm(a, bmm(b, c)),
+                                     batched_chain),
+    "fold-transpose-lhs": RuleCase(lambda a, b: a.T @ b, lambda a, b: contract(a, b, 0, 0), lhs_transposed),
+    "fold-transpose-rhs": RuleCase(lambda a, b: a @ b.T, lambda a, b: contract(a, b, 1, 1), rhs_transposed),
+    "scale-into-matmul": RuleCase(lambda x, w, s: (x @ w) * s, lambda x, w, s: x @ (w * s), scaled),
+    "scale-out-of-matmul": RuleCase(lambda x, w, s: x @ (w * s), lambda x, w, s: (x @ w) * s, scaled),
+    "column-scale-into-matmul": RuleCase(lambda x, w, v: (x @ w) * v,  # jnp: broadcast v to [1, n]
+                                         lambda x, w, v: x @ (w * columns(v, w)), column_scaled),
+    "factor-matmul-add": RuleCase(lambda x, w1, w2: x @ w1 + x @ w2, lambda x, w1, w2: x @ (w1 + w2), two_weights),
+    "expand-matmul-add": RuleCase(lambda x, w1, w2: x @ (w1 + w2), lambda x, w1, w2: x @ w1 + x @ w2, two_weights),
 }
 
 
@@ -149,3 +191,133 @@ def test_rank3_regrouping_really_changes_the_value():
     a, b, c = random_args(3, [(2, 3, 4), (3, 4), (4, 5)], np.float64)
     with jax.enable_x64(True):
         assert normwise_error(dot(dot(a, b), c), dot(a, dot(b, c))) > 0.1
+
+
+# --- Batched chains, folded transposes, scales and sums of matmuls -----------------------------
+
+BA, BB, BC = random_args(7, [(2, 3, 4), (2, 4, 5), (2, 5, 3)])
+
+
+@pytest.mark.parametrize("left_first", [True, False])
+def test_batched_chain_regroups_both_ways(left_first):
+    def chains(a, b, c):
+        left, right = bmm(bmm(a, b), c), bmm(a, bmm(b, c))
+        return (left, right) if left_first else (right, left)
+    result = saturate_fn(chains, [BA, BB, BC], [MATMUL], only=["batched-matmul-assoc"])
+    assert result.same_class(0, 1) and not ill_typed_nodes(result)
+
+
+def test_scale_into_matmul_takes_literal_and_computed_scalars():
+    x, w, v = random_args(8, [(3, 4), (4, 5), (6,)])
+    assert proves_equal(lambda x, w, v: (x @ w) * 2.5, lambda x, w, v: x @ (w * 2.5), [x, w, v], [MATMUL],
+                        only=["scale-into-matmul"])
+    assert proves_equal(lambda x, w, v: (x @ w) * v.sum(), lambda x, w, v: x @ (w * v.sum()), [x, w, v],
+                        [MATMUL], only=["scale-into-matmul"])
+
+
+SQ4 = random_args(9, [(4, 4), (4, 4), (4, 4), (4,)])
+
+
+def test_scale_into_matmul_does_not_fire_for_a_matrix_scale():
+    x, w, s, _ = SQ4
+    result = saturate_fn(lambda x, w, s: ((x @ w) * s, x @ (w * s)), [x, w, s], [MATMUL])
+    assert not result.same_class(0, 1)  # an elementwise matrix scale does not commute with @
+    assert not {"scale-into-matmul", "scale-out-of-matmul"} & set(result.report.rules_fired)
+    assert not ill_typed_nodes(result)
+
+
+def test_column_scale_into_matmul_does_not_fire_for_a_row_scale():
+    x, w, _, u = SQ4
+    rows = lambda u, like: broadcast(u, like.shape, (0,))
+    result = saturate_fn(lambda x, w, u: ((x @ w) * rows(u, x @ w), x @ (w * rows(u, w)), x @ (w * columns(u, w))),
+                         [x, w, u], [MATMUL])
+    assert not result.same_class(0, 1) and result.view.roots[0] != result.view.roots[2]
+    assert "column-scale-into-matmul" not in result.report.rules_fired
+    assert not ill_typed_nodes(result)
+
+
+def test_factor_matmul_add_needs_a_shared_left_operand():
+    x1, x2, w1, w2 = SQ4[0], SQ4[1], SQ4[2], SQ4[0]
+    result = saturate_fn(lambda x1, x2, w1, w2: (x1 @ w1 + x2 @ w2, x1 @ (w1 + w2), x2 @ (w1 + w2)),
+                         [x1, x2, w1, w2], [MATMUL])
+    assert len({result.view.roots[k] for k in range(3)}) == 3
+    alone = saturate_fn(lambda x1, x2, w1, w2: x1 @ w1 + x2 @ w2, [x1, x2, w1, w2], [MATMUL],
+                        only=["factor-matmul-add"])
+    assert "factor-matmul-add" not in alone.report.rules_fired
+
+
+def test_folded_transposes_contract_the_right_dims():
+    a, b = SQ4[:2]
+    assert not proves_equal(lambda a, b: a.T @ b, lambda a, b: contract(a, b, 1, 0), [a, b], [MATMUL, LAYOUT])
+    assert not proves_equal(lambda a, b: a.T @ b, lambda a, b: contract(a, b, 1, 1), [a, b], [MATMUL, LAYOUT])
+    assert not proves_equal(lambda a, b: a @ b.T, lambda a, b: contract(a, b, 0, 0), [a, b], [MATMUL, LAYOUT])
+
+
+def test_batched_regrouping_does_not_permute_factors():
+    a, b, c = random_args(10, [(2, 3, 3)] * 3)
+    assert not proves_equal(lambda a, b, c: bmm(bmm(a, b), c), lambda a, b, c: bmm(a, bmm(c, b)), [a, b, c],
+                            [MATMUL, LAYOUT])
+
+
+# --- Mixed precision: bfloat16 operands, float32 products (preferred_element_type) ---------------
+
+BF16 = jnp.bfloat16
+
+
+def f32_matmul(a, b):
+    return jnp.matmul(a, b, preferred_element_type=jnp.float32)
+
+
+MIXED = [a.astype(BF16) for a in random_args(11, [(3, 4), (4, 5)])]
+
+
+def test_scale_into_matmul_keeps_dtypes_of_a_mixed_precision_matmul():
+    x, w = MIXED
+    result = saturate_fn(lambda x, w, s: f32_matmul(x, w) * s, [x, w, np.float32(2.0)], [MATMUL],
+                         only=["scale-into-matmul"])
+    assert not ill_typed_nodes(result)
+
+
+def test_scale_out_of_matmul_keeps_dtypes_of_a_mixed_precision_matmul():
+    x, w = MIXED
+    result = saturate_fn(lambda x, w, s: f32_matmul(x, w * s), [x, w, np.asarray(2.0, BF16)], [MATMUL],
+                         only=["scale-out-of-matmul"])
+    assert not ill_typed_nodes(result)
+
+
+def test_column_scale_into_matmul_keeps_dtypes_of_a_mixed_precision_matmul():
+    x, w = MIXED
+    v = random_args(12, [(5,)])[0]
+    result = saturate_fn(lambda x, w, v: f32_matmul(x, w) * v, [x, w, v], [MATMUL],
+                         only=["column-scale-into-matmul"])
+    assert not ill_typed_nodes(result)
+
+
+def test_factor_matmul_add_keeps_dtypes_of_mixed_weight_dtypes():
+    x, w1 = MIXED
+    w2 = random_args(13, [(4, 5)])[0]
+    result = saturate_fn(lambda x, w1, w2: f32_matmul(x, w1) + f32_matmul(x, w2), [x, w1, w2], [MATMUL],
+                         only=["factor-matmul-add"])
+    assert not ill_typed_nodes(result)
+
+
+def test_pipeline_survives_sum_of_matmuls_with_mixed_weight_dtypes():
+    x, w1 = MIXED
+    w2 = random_args(13, [(4, 5)])[0]
+    response = optimize(capture(lambda x, w1, w2: f32_matmul(x, w1) + f32_matmul(x, w2), x, w1, w2))
+    assert response["validation"]["status"] == "passed"
+
+
+# --- Implicit size-1 broadcasting: mul broadcasts a size-1 axis of the matmul against the scale ---
+
+def test_column_scale_into_matmul_keeps_shapes_when_the_matmul_has_one_column():
+    x, w, v = random_args(14, [(3, 4), (4, 1), (5,)])
+    result = saturate_fn(lambda x, w, v: (x @ w) * v, [x, w, v], [MATMUL], only=["column-scale-into-matmul"])
+    assert not ill_typed_nodes(result)
+
+
+def test_column_scale_into_matmul_keeps_shapes_when_the_matmul_has_one_row():
+    x, w, v = random_args(15, [(1, 4), (4, 5), (5,)])
+    result = saturate_fn(lambda x, w, v: lax.mul(x @ w, broadcast(v, (3, 5), (1,))), [x, w, v], [MATMUL],
+                         only=["column-scale-into-matmul"])
+    assert not ill_typed_nodes(result)

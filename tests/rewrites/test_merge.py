@@ -1,6 +1,7 @@
 """MERGE: matmuls sharing their left operand become one matmul on concatenated weights plus
-slices; sound in float64, ordered (each pair once), bounded (QKV merges three ways), well typed,
-and never applied to matmuls that do not share an input."""
+slices, and matmuls sharing their weight one matmul on stacked inputs; sound in float64, ordered
+(each pair once), bounded (QKV merges three ways), well typed, and never applied to matmuls that
+do not share an operand."""
 from __future__ import annotations
 
 import jax.numpy as jnp
@@ -26,6 +27,8 @@ from rule_harness import (
 
 from rewrites.merge import MERGE
 from rewrites.schedule import Budget
+from service.capture import capture
+from service.pipeline import optimize
 
 
 def cat(*ws):
@@ -40,12 +43,32 @@ def shared_input(draw):
     return [(*lead, k), (k, n1), (k, n2)], {}
 
 
+def stack(*xs):
+    return jnp.concatenate(xs, axis=0)
+
+
+def rows(y, lo, hi):
+    return lax.slice(y, (lo, 0), (hi, y.shape[1]))
+
+
+@st.composite
+def shared_weight(draw):
+    """x1[m1, k], x2[m2, k], w[k, n]."""
+    m1, m2, k, n = draw(dims()), draw(dims()), draw(dims()), draw(dims())
+    return [(m1, k), (m2, k), (k, n)], {}
+
+
 CASES: dict[str, RuleCase] = {
     "same-input-matmul-merge": RuleCase(
         lambda x, w1, w2: x @ w1,
         lambda x, w1, w2: (x @ cat(w1, w2))[..., :w1.shape[1]],
         shared_input(),
         context=lambda x, w1, w2: (x @ w2,)),
+    "same-weight-matmul-merge": RuleCase(
+        lambda x1, x2, w: x1 @ w,
+        lambda x1, x2, w: rows(stack(x1, x2) @ w, 0, x1.shape[0]),
+        shared_weight(),
+        context=lambda x1, x2, w: (x2 @ w,)),
 }
 
 
@@ -87,14 +110,20 @@ def test_two_matmuls_sharing_x_gain_a_merged_matmul_on_concatenated_weights(rank
     assert not ill_typed_nodes(result)
 
 
+def proven_pairs(fn, args, pairs, budget=None):
+    """Saturate `fn`'s program with MERGE; which (i, j) output pairs are one class. Merges follow
+    program order, so goals are extra outputs after the matmuls (a goal traced first would be
+    numbered first)."""
+    result = saturate_fn(fn, args, [MERGE], budget=budget)
+    assert not ill_typed_nodes(result)
+    return [result.same_class(i, j) for i, j in pairs]
+
+
 @pytest.mark.parametrize("rank", [2, 3])
 def test_each_output_is_proven_a_slice_of_the_merged_matmul(rank):
     args = _two(rank)
-    both = lambda x, w1, w2: (x @ w2,)
-    assert proves_equal(lambda x, w1, w2: x @ w1, lambda x, w1, w2: (x @ cat(w1, w2))[..., :4],
-                        args, [MERGE], context_fn=both)
-    assert proves_equal(lambda x, w1, w2: x @ w2, lambda x, w1, w2: (x @ cat(w1, w2))[..., 4:],
-                        args, [MERGE], context_fn=lambda x, w1, w2: (x @ w1,))
+    goals = lambda x, w1, w2: (x @ w1, x @ w2, (x @ cat(w1, w2))[..., :4], (x @ cat(w1, w2))[..., 4:])
+    assert proven_pairs(goals, args, [(0, 2), (1, 3)]) == [True, True]
 
 
 QKV_ARGS = random_args(7, [(4, 8), (8, 3), (8, 5), (8, 2)])
@@ -118,12 +147,10 @@ def test_qkv_three_way_merge_is_well_typed_and_proven_given_a_round_for_it():
     merged = three_way(result)
     assert merged and all(result.view.classes[d.eclass].shape == (4, 10) for d in merged)
     assert not ill_typed_nodes(result)
-    assert proves_equal(lambda x, q, k, v: x @ cat(q, k), lambda x, q, k, v: (x @ cat(cat(q, k), v))[:, :8],
-                        QKV_ARGS, [MERGE], context_fn=qkv, budget=budget)
-    assert proves_equal(lambda x, q, k, v: x @ v, lambda x, q, k, v: (x @ cat(cat(q, k), v))[:, 8:],
-                        QKV_ARGS, [MERGE], context_fn=qkv, budget=budget)
-    assert proves_equal(lambda x, q, k, v: x @ cat(k, v), lambda x, q, k, v: (x @ cat(q, cat(k, v)))[:, 3:],
-                        QKV_ARGS, [MERGE], context_fn=qkv, budget=budget)
+    merged = lambda x, q, k, v: x @ cat(cat(q, k), v)  # groups grow left to right, one matmul a round
+    goals = lambda x, q, k, v: (*qkv(x, q, k, v), x @ cat(q, k), merged(x, q, k, v)[:, :8], x @ cat(k, v),
+                                merged(x, q, k, v)[:, 8:])
+    assert proven_pairs(goals, QKV_ARGS, [(3, 4), (2, 6)], budget) == [True, True]
 
 
 def test_merges_are_bounded_by_merge_rounds():
@@ -149,10 +176,12 @@ def test_matmuls_with_different_inputs_are_not_merged():
     assert not nodes(result.view, "concat") and "same-input-matmul-merge" not in result.report.rules_fired
 
 
-def test_matmuls_sharing_only_the_weight_are_not_merged():
+def test_matmuls_sharing_only_the_weight_are_not_merged_on_the_weight():
+    # (Stacking their inputs is same-weight-matmul-merge's job: only row stacks appear.)
     args = random_args(9, [(3, 5), (3, 5), (5, 4)])
     result = saturate_fn(lambda x1, x2, w: (x1 @ w, x2 @ w), args, [MERGE])
-    assert not nodes(result.view, "concat")
+    assert "same-input-matmul-merge" not in result.report.rules_fired
+    assert [n.attrs for n in nodes(result.view, "concat")] == [(0,)]
 
 
 def test_slice_of_the_wrong_orientation_is_not_proven():
@@ -172,4 +201,94 @@ def test_merge_of_rank3_weights_stays_well_typed():
     dn = (((1,), (0,)), ((), ()))
     result = saturate_fn(lambda x, w1, w2: (lax.dot_general(x, w1, dn), lax.dot_general(x, w2, dn)),
                          args, [MERGE])
+    assert not ill_typed_nodes(result)
+
+
+# --- Matmuls sharing their weight: one matmul on stacked inputs ---------------------------------
+
+STACK_ARGS = random_args(12, [(3, 5), (2, 5), (4, 5), (5, 6)])
+
+
+def test_two_matmuls_sharing_w_gain_a_matmul_on_stacked_inputs():
+    x1, x2, _, w = STACK_ARGS
+    result = saturate_fn(lambda x1, x2, w: (x1 @ w, x2 @ w), [x1, x2, w], [MERGE])
+    view = result.view
+    merged = [d for d in nodes(view, "dot") if var_leaves(view, d.children[0]) == {0, 1}]
+    assert len(merged) == 1  # one orientation only: the ordering guard
+    assert view.classes[merged[0].eclass].shape == (5, 6)
+    slices = {n.eclass for n in nodes(view, "slice") if n.children == (merged[0].eclass,)}
+    assert slices == set(view.roots)
+    assert not ill_typed_nodes(result)
+
+
+def test_each_output_is_proven_a_row_slice_of_the_stacked_matmul():
+    x1, x2, _, w = STACK_ARGS
+    goals = lambda x1, x2, w: (x1 @ w, x2 @ w, rows(stack(x1, x2) @ w, 0, 3), rows(stack(x1, x2) @ w, 3, 5),
+                               rows(stack(x2, x1) @ w, 0, 3), rows(stack(x1, x2) @ w, 2, 5))
+    # The last two are unsound: the wrong stacking order, and rows straddling both inputs.
+    assert proven_pairs(goals, [x1, x2, w], [(0, 2), (1, 3), (0, 4), (1, 5)]) == [True, True, False, False]
+
+
+def test_three_matmuls_sharing_w_stack_left_to_right_and_stay_well_typed():
+    goals = lambda a, b, c, w: (a @ w, b @ w, c @ w, rows(stack(stack(a, b), c) @ w, 5, 9))
+    assert proven_pairs(goals, STACK_ARGS, [(2, 3)]) == [True]
+    result = saturate_fn(lambda a, b, c, w: (a @ w, b @ w, c @ w), STACK_ARGS, [MERGE])
+    assert {0, 1, 2} in [var_leaves(result.view, n.eclass) for n in nodes(result.view, "concat")]
+
+
+def test_matmuls_with_different_weights_are_not_stacked():
+    x1, x2, _, w1 = STACK_ARGS
+    w2 = random_args(13, [(5, 6)])[0]
+    result = saturate_fn(lambda x1, x2, w1, w2: (x1 @ w1, x2 @ w2, rows(stack(x1, x2) @ w1, 3, 5)),
+                         [x1, x2, w1, w2], [MERGE])
+    assert "same-weight-matmul-merge" not in result.report.rules_fired
+    assert not result.same_class(1, 2)
+
+
+def test_recurrent_matmuls_sharing_w_are_not_stacked():
+    # h2 = tanh(h1 @ W) depends on h1 = x @ W: a stack of x and tanh(h1) would be a cycle.
+    x, _, _, w = random_args(14, [(3, 5), (1, 1), (1, 1), (5, 5)])
+    rnn = lambda x, w: jnp.tanh(jnp.tanh(x @ w) @ w)
+    result = saturate_fn(rnn, [x, w], [MERGE])
+    assert "same-weight-matmul-merge" not in result.report.rules_fired
+    optimized_matches(rnn, [x, w], "real")
+
+
+def test_no_stacking_in_exact_mode():
+    x1, x2, _, w = STACK_ARGS
+    result = saturate_fn(lambda x1, x2, w: (x1 @ w, x2 @ w), [x1, x2, w], [MERGE], "exact")
+    assert not nodes(result.view, "concat")
+
+
+def test_pipeline_stack_of_inputs_computes_the_same_outputs():
+    args = random_args(15, [(8, 32), (8, 32), (8, 32), (32, 24)])
+    response = optimized_matches(lambda a, b, c, w: (a @ w, b @ w, c @ w), args, "real")
+    assert "same-weight-matmul-merge" in response["report"]["rewrites"]
+
+
+# --- Mixed operand dtypes: bfloat16 and float32 operands, float32 products ----------------------
+
+def f32_matmul(a, b):
+    return jnp.matmul(a, b, preferred_element_type=jnp.float32)
+
+
+BF16_X1 = STACK_ARGS[0].astype(jnp.bfloat16)
+
+
+def test_same_weight_merge_keeps_dtypes_of_mixed_inputs():
+    _, x2, _, w = STACK_ARGS
+    result = saturate_fn(lambda x1, x2, w: (f32_matmul(x1, w), f32_matmul(x2, w)), [BF16_X1, x2, w], [MERGE])
+    assert not ill_typed_nodes(result)
+
+
+def test_pipeline_survives_matmuls_sharing_w_with_mixed_input_dtypes():
+    _, x2, _, w = STACK_ARGS
+    response = optimize(capture(lambda x1, x2, w: (f32_matmul(x1, w), f32_matmul(x2, w)), BF16_X1, x2, w))
+    assert response["validation"]["status"] == "passed"
+
+
+def test_same_input_merge_keeps_dtypes_of_mixed_weights():
+    x, w1, w2 = _two(2)
+    result = saturate_fn(lambda x, w1, w2: (f32_matmul(x, w1), f32_matmul(x, w2)),
+                         [x, w1.astype(jnp.bfloat16), w2], [MERGE])
     assert not ill_typed_nodes(result)

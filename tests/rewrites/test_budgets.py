@@ -1,0 +1,36 @@
+"""Budgets: a pathological program stops at its budget and still returns a validated program."""
+from __future__ import annotations
+
+import functools
+import operator
+import time
+
+import numpy as np
+import pytest
+
+from service.capture import capture
+from service.pipeline import optimize
+
+TERMS = [np.full((4,), i / 200, np.float32) for i in range(200)]
+SUM = capture(lambda *xs: functools.reduce(operator.add, xs), *TERMS)  # 199 chained adds
+
+
+@pytest.mark.parametrize("options, reasons", [
+    ({"node_limit": 500}, {"node_limit"}),
+    ({"iter_limit": 3}, {"iter_limit"}),
+    ({"time_limit_s": 0.5}, {"time_limit", "saturated", "iter_limit"}),
+])
+def test_two_hundred_term_sum_stops_at_its_budget_and_is_validated(options, reasons):
+    start = time.perf_counter()
+    response = optimize(SUM, options=options)
+    egraph = response["report"]["egraph"]
+    assert egraph["stop_reason"] in reasons
+    assert response["validation"]["status"] == "passed"
+    assert response["estimate"]["optimized"]["time_s"] <= response["estimate"]["baseline"]["time_s"]
+    assert time.perf_counter() - start < 60  # generous: a runaway saturation would take hours
+
+
+def test_commutativity_is_throttled_not_unbounded():
+    response = optimize(SUM, options={"iter_limit": 8})
+    assert response["report"]["rewrites"]["add-comm"] > 0
+    assert response["report"]["egraph"]["enodes"] < 50_000
