@@ -22,6 +22,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench.run
+	$(PY) -m bench.calibration
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -18,7 +18,7 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
-from bench.run import machine
+from bench.run import update_readme, machine
 from costmodel.calibrate import median_call_time
 from costmodel.profile import load_profile
 from lowering.kernels import Kernel, avals_of, build_kernel_program
@@ -112,6 +112,7 @@ def main() -> None:
     parser.add_argument("--models", nargs="*", default=list(ZOO))
     parser.add_argument("--profile", default="cpu-host", help="profile whose kernel estimates are checked")
     parser.add_argument("--hardware", default="optu-v1", help="profile for the greedy vs ILP comparison")
+    parser.add_argument("--no-readme", action="store_true")
     args = parser.parse_args()
     kernels = [row for name in args.models for row in measure_model(name, args.profile)]
     per_model = [summarize([k for k in kernels if k["model"] == name]) for name in args.models]
@@ -122,7 +123,10 @@ def main() -> None:
                                    "per_model": dict(zip(args.models, per_model)),
                                    "extraction": {"hardware": args.hardware, "models": extraction},
                                    "kernels": kernels}, indent=2) + "\n")
-    print(markdown(summary, per_model, extraction, args.hardware))
+    text = markdown(summary, per_model, extraction, args.hardware)
+    print(text)
+    if not args.no_readme:
+        update_readme(text, "<!-- calibration:begin -->", "<!-- calibration:end -->")
 
 
 if __name__ == "__main__":

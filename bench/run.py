@@ -75,11 +75,12 @@ def table(rows: list[dict], hardware: str, meta: dict) -> str:
     return "\n".join(lines)
 
 
-def update_readme(text: str) -> None:
+def update_readme(text: str, begin: str = BEGIN, end: str = END) -> None:
+    """Replace the README's text between two marker comments."""
     readme = README.read_text()
-    if BEGIN in readme and END in readme:
-        head, rest = readme.split(BEGIN, 1)
-        README.write_text(f"{head}{BEGIN}\n{text}\n{END}{rest.split(END, 1)[1]}")
+    if begin in readme and end in readme:
+        head, rest = readme.split(begin, 1)
+        README.write_text(f"{head}{begin}\n{text}\n{end}{rest.split(end, 1)[1]}")
 
 
 def main() -> None:

@@ -174,6 +174,9 @@ def extract_ilp(view: EGraphView, cost_of: Callable[[ENode], float], *,
         raise ValueError("warm_start choice is cyclic")
     problem = _Problem(view, node_cost)
     n, m = problem.n, problem.m
+    if n == 0:  # nothing to choose (a program with no outputs): the warm start is optimal
+        return IlpExtraction(warm_start.choice, warm_cost, "ilp", optimality_gap=0.0,
+                             solve_s=time.perf_counter() - start, used_warm_start=True)
 
     positive = problem.cost[problem.cost > 0]
     reference = warm_cost if math.isfinite(warm_cost) and warm_cost > 0 else float(positive.sum()) or 1.0

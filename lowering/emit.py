@@ -62,7 +62,7 @@ def node_equation(node: ENode, eclass: EClass, table: ParamsTable) -> tuple[str,
         case "integer_pow":
             return "integer_pow", {"y": int(a[0])}
         case "conv":
-            return "conv_general_dilated", table.get(a[0])
+            return "conv_general_dilated", table.get(a[2])
         case "opaque":
             entry = table.get(a[1])
             return entry["primitive"], entry["params"]

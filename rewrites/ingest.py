@@ -84,7 +84,9 @@ ENCODERS: dict[str, Callable[[list, dict, ParamsTable], Any]] = {
     "broadcast_in_dim": lambda a, p, t: Term.broadcast(
         a[0], ivec(p["shape"]), ivec(p["broadcast_dimensions"]),
         t.intern(_rest(p, "shape", "broadcast_dimensions"))),
-    "conv_general_dilated": lambda a, p, t: Term.conv(a[0], a[1], t.intern(p)),
+    "conv_general_dilated": lambda a, p, t: Term.conv(
+        a[0], a[1], p["dimension_numbers"]["fields"]["rhs_spec"][0], p["dimension_numbers"]["fields"]["out_spec"][1],
+        t.intern(p)),
 }
 for _op in UNARY_OPS:
     ENCODERS[_op] = lambda a, p, t, op=_op: Term.unary(op, a[0], t.intern(p)) if len(a) == 1 else None
@@ -92,6 +94,13 @@ for _op in BINARY_OPS:
     ENCODERS[_op] = lambda a, p, t, op=_op: Term.binary(op, a[0], a[1], t.intern(p)) if len(a) == 2 else None
 for _op in REDUCE_OPS:
     ENCODERS[_op] = lambda a, p, t, op=_op: Term.reduce(op, a[0], ivec(p["axes"]), t.intern(_rest(p, "axes")))
+
+
+def _ungrouped_conv(eqn: dict[str, Any]) -> bool:
+    """A convolution whose kernels can be concatenated along output features (no feature groups)."""
+    params = eqn.get("params") or {}
+    return (eqn["op"] == "conv_general_dilated" and len(eqn["in"]) == 2
+            and params.get("feature_group_count", 1) == 1 and params.get("batch_group_count", 1) == 1)
 
 
 def literal_term(lit: dict[str, Any]) -> Term:
@@ -162,7 +171,7 @@ def ingest(program: dict[str, Any]) -> LoadedProgram:
 
     def number_merge_candidates(eqn: dict[str, Any], level: int) -> None:
         lhs, rhs = eqn["in"]
-        dims = json.dumps(eqn["params"].get("dimension_numbers"))
+        dims = json.dumps([eqn["op"], eqn["params"].get("dimension_numbers")])
         for group, shared, other in (("input", lhs, rhs), ("weight", rhs, lhs)):
             if not isinstance(shared, str) or other in concatenated:
                 continue
@@ -188,7 +197,7 @@ def ingest(program: dict[str, Any]) -> LoadedProgram:
         for k, (term, spec) in enumerate(zip(terms, eqn["out"])):
             bind(spec["name"], term, spec, f"e{i}_{k}")
             levels[spec["name"]] = level
-        if eqn["op"] == "dot_general" and len(ins) == 2:
+        if eqn["op"] == "dot_general" and len(ins) == 2 or _ungrouped_conv(eqn):
             number_merge_candidates(eqn, level)
         elif eqn["op"] == "concatenate":
             concatenated.update(o["name"] for o in eqn["out"])

@@ -73,3 +73,28 @@ MERGE.add("same-weight-matmul-merge", "real",
                 union(d1).with_(Term.slice(_mw(stacked), zeros(2), Vec[i64](s1[0], sw[1]), ivec([]))),
                 union(d2).with_(Term.slice(_mw(stacked), Vec[i64](s1[0], i64(0)),
                                            Vec[i64](s1[0] + s2[0], sw[1]), ivec([])))))
+
+
+# conv(x, K1), conv(x, K2) -> feature slices of conv(x, concat(K1, K2)): one pass over x for both
+# kernel sets; same params (one extra id), ungrouped (ingest numbers only those), one dtype
+for _rd in range(4):
+    for _od in range(4):
+        def _conv(kernel: Term) -> Term:
+            return Term.conv(x, kernel, _rd, _od, e)
+        kernels = Term.concat(Vec[Term](a1, a2), _rd)
+        both = _conv(kernels)
+        o1, o2 = vars_("o1 o2", Vec[i64])
+        MERGE.add("same-input-conv-merge", "real",
+                  rule(eq(d1).to(_conv(a1)), eq(d2).to(_conv(a2)), *_adjacent("input"),
+                       eq(s1).to(shape(a1)), eq(s1.length()).to(i64(4)), eq(s2).to(shape(a2)),
+                       eq(o1).to(shape(d1)), eq(o2).to(shape(d2)), eq(dt).to(dtype(d1)), eq(da).to(dtype(a1)),
+                       eq(da).to(dtype(a2)))
+                  .then(*typed(kernels, Vec[i64](*(s1[i64(k)] + s2[i64(k)] if k == _rd else s1[i64(k)]
+                                                   for k in range(4))), da),
+                        *typed(both, Vec[i64](*(o1[i64(k)] + o2[i64(k)] if k == _od else o1[i64(k)]
+                                                for k in range(4))), dt), *_covers("input", both),
+                        union(d1).with_(Term.slice(both, zeros(4), o1, ivec([]))),
+                        union(d2).with_(Term.slice(both, Vec[i64](*(o1[i64(k)] if k == _od else i64(0)
+                                                                     for k in range(4))),
+                                                   Vec[i64](*(o1[i64(k)] + o2[i64(k)] if k == _od else o1[i64(k)]
+                                                              for k in range(4))), ivec([])))))

@@ -89,8 +89,9 @@ class Term(Expr):
     def integer_pow(cls, x: Term, y: i64Like) -> Term: ...
 
     @classmethod
-    def conv(cls, lhs: Term, rhs: Term, extra: i64Like) -> Term:
-        """conv_general_dilated; all its params live in the params table."""
+    def conv(cls, lhs: Term, rhs: Term, rhs_out_dim: i64Like, out_feature_dim: i64Like, extra: i64Like) -> Term:
+        """conv_general_dilated; all its params live in the params table, and the two feature dims
+        the merge rules need are structural too."""
 
     # Idioms: known kernels recognized from their decompositions (rewrites/idioms.py); lowering
     # expands each back into the standard primitives of its reference implementation.

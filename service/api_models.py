@@ -6,7 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from costmodel.profile import HardwareProfile, ProfileError, list_profiles, profile_from_dict
+from costmodel.profile import (HardwareProfile, ProfileError, list_profiles, load_profile, profile_from_dict,
+                               with_overrides)
 from service.options import OptimizeOptions
 from service.wire import FORMAT, WireError, WireProgram
 
@@ -87,6 +88,13 @@ def resolve_hardware(hardware: str | dict | None, default: str) -> str | Hardwar
     """A shipped profile name, or a validated inline profile. Paths are refused so a request
     cannot make the server read arbitrary files (load_profile accepts paths)."""
     name = default if hardware is None else hardware
+    if isinstance(name, dict) and set(name) <= {"base", "overrides"}:
+        # {"base": "optu-v1", "overrides": {"gemm.rows": 64}}: a shipped profile with named fields changed
+        overrides = name.get("overrides") or {}
+        if not isinstance(overrides, dict):
+            raise ProfileError("hardware.overrides must be an object of dotted field names", field="overrides")
+        base = resolve_hardware(name.get("base"), default)
+        return with_overrides(base if isinstance(base, HardwareProfile) else load_profile(base), overrides)
     if isinstance(name, dict):
         return profile_from_dict(name, source="request hardware")
     if name not in list_profiles():

@@ -58,6 +58,18 @@ def shared_weight(draw):
     return [(m1, k), (m2, k), (k, n)], {}
 
 
+def conv(x, k):
+    return lax.conv_general_dilated(x, k, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+
+@st.composite
+def shared_conv_input(draw):
+    """x[n, h, w, c], k1[kh, kw, c, f1], k2[kh, kw, c, f2]."""
+    n, h, w, c = (draw(st.integers(1, 5)) for _ in range(4))
+    kh, kw, f1, f2 = (draw(st.integers(1, 3)) for _ in range(4))
+    return [(n, h, w, c), (kh, kw, c, f1), (kh, kw, c, f2)], {}
+
+
 CASES: dict[str, RuleCase] = {
     "same-input-matmul-merge": RuleCase(
         lambda x, w1, w2: x @ w1,
@@ -69,6 +81,11 @@ CASES: dict[str, RuleCase] = {
         lambda x1, x2, w: rows(stack(x1, x2) @ w, 0, x1.shape[0]),
         shared_weight(),
         context=lambda x1, x2, w: (x2 @ w,)),
+    "same-input-conv-merge": RuleCase(
+        lambda x, k1, k2: conv(x, k1),
+        lambda x, k1, k2: conv(x, jnp.concatenate([k1, k2], axis=3))[..., :k1.shape[3]],
+        shared_conv_input(),
+        context=lambda x, k1, k2: (conv(x, k2),)),
 }
 
 
@@ -292,3 +309,13 @@ def test_same_input_merge_keeps_dtypes_of_mixed_weights():
     result = saturate_fn(lambda x, w1, w2: (f32_matmul(x, w1), f32_matmul(x, w2)),
                          [x, w1.astype(jnp.bfloat16), w2], [MERGE])
     assert not ill_typed_nodes(result)
+
+
+def test_grouped_convolutions_are_not_merged():
+    # With feature groups each output group reads its own input channels: concatenating kernels
+    # along output features would change which channels each group sees.
+    x, k1, k2 = random_args(11, [(1, 4, 4, 4), (3, 3, 2, 4), (3, 3, 2, 4)])
+    grouped = lambda x, k: lax.conv_general_dilated(x, k, (1, 1), "SAME", feature_group_count=2,
+                                                    dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    result = saturate_fn(lambda x, k1, k2: (grouped(x, k1), grouped(x, k2)), [x, k1, k2], [MERGE])
+    assert "same-input-conv-merge" not in result.report.rules_fired

@@ -256,3 +256,20 @@ def test_bare_nan_token_in_a_program_is_a_422_naming_it_not_silently_respelled(c
     response = client.post("/v1/optimize", content=body, headers={"content-type": "application/json"})
     assert response.status_code == 422
     assert "nan" in json.dumps(response.json()["detail"]).lower()
+
+
+def test_hardware_overrides_change_the_estimate_and_unknown_fields_are_named(client):
+    program = {"format": "optu.jaxpr/v1",
+               "inputs": [{"name": "a", "shape": [64, 64], "dtype": "float32"},
+                          {"name": "b", "shape": [64, 64], "dtype": "float32"}],
+               "eqns": [{"op": "dot_general", "in": ["a", "b"], "out": [{"name": "c", "shape": [64, 64],
+                                                                        "dtype": "float32"}],
+                         "params": {"dimension_numbers": [[[1], [0]], [[], []]]}}],
+               "outputs": ["c"]}
+    default = client.post("/v1/optimize", json={"program": program}).json()
+    slow = client.post("/v1/optimize", json={"program": program, "hardware": {
+        "base": "optu-v1", "overrides": {"gemm.weight_load_s": 1e-3}}})
+    assert slow.status_code == 200
+    assert slow.json()["estimate"]["optimized"]["time_s"] > 10 * default["estimate"]["optimized"]["time_s"]
+    bad = client.post("/v1/optimize", json={"program": program, "hardware": {"overrides": {"gemm.nope": 1}}})
+    assert bad.status_code == 422 and "gemm.nope" in json.dumps(bad.json())

@@ -105,3 +105,12 @@ def test_ill_typed_program_is_rejected_naming_the_equation(mutate, field):
     with pytest.raises(WireError) as err:
         optimize(program)
     assert err.value.eqn == 0 and err.value.field == field
+
+
+def test_a_program_with_no_outputs_is_optimized_to_nothing():
+    # Found by the HTTP fuzz test: the ILP was handed an empty problem and raised.
+    fn, args = ZOO["mlp2"]()
+    program = capture(fn, *args)
+    program["outputs"] = []
+    response = optimize(program)
+    assert response["program"]["eqns"] == [] and response["validation"]["status"] == "passed"
