@@ -19,6 +19,15 @@ class Settings(BaseSettings):
     max_node_limit: int = 500_000
     max_iter_limit: int = 100
     default_hardware: str = "optu-v1"
+    max_tensor_elements: int = 1 << 26  # per declared tensor: validation materializes them
+    # Operation (service/workers.py, service/cache.py, service/auth.py, service/metrics.py)
+    workers: int = 2
+    queue_depth: int = 16  # requests waiting for a worker beyond this get 503 + Retry-After
+    deadline_grace_s: float = 5.0  # a worker past time limit + grace is killed and replaced
+    cache_dir: str = ".optu-cache"  # embedded SQLite cache lives here
+    cache_url: str | None = None  # redis://host:port/db to share the cache between replicas
+    api_token: str | None = None  # when set, /v1/* requires Authorization: Bearer <token>
+    log_level: str = "INFO"
 
 
 @lru_cache
