@@ -45,6 +45,14 @@ class EGraphView:
     def enode_count(self) -> int:
         return sum(len(c.nodes) for c in self.classes.values())
 
+    @classmethod
+    def from_nodes(cls, nodes: list[ENode], roots: list[str]) -> EGraphView:
+        """A view built by hand (tests, examples): classes are gathered from the nodes."""
+        classes: dict[str, EClass] = {}
+        for node in nodes:
+            classes.setdefault(node.eclass, EClass(node.eclass)).nodes.append(node)
+        return cls(classes, roots)
+
 
 def _primitive(op: str, type_name: str):
     if type_name == "String":

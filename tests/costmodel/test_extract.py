@@ -1,15 +1,11 @@
 """Greedy-DAG extraction over hand-made e-graph views: shared nodes are paid once, cycles avoided."""
 from __future__ import annotations
 
-from costmodel.egraph_view import EClass, EGraphView, ENode
+from costmodel.egraph_view import EGraphView, ENode
 from costmodel.extract import extract_greedy_dag
 
 
-def _view(nodes: list[ENode], roots: list[str]) -> EGraphView:
-    classes: dict[str, EClass] = {}
-    for node in nodes:
-        classes.setdefault(node.eclass, EClass(node.eclass)).nodes.append(node)
-    return EGraphView(classes, roots)
+_view = EGraphView.from_nodes
 
 
 def _cost(table):

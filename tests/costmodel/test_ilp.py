@@ -10,16 +10,12 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from costmodel.egraph_view import EClass, EGraphView, ENode
+from costmodel.egraph_view import EGraphView, ENode
 from costmodel.extract import dag_cost, extract_greedy_dag
 from costmodel.ilp import IlpExtraction, extract_auto, extract_ilp, find_cycles
 
 
-def _view(nodes: list[ENode], roots: list[str]) -> EGraphView:
-    classes: dict[str, EClass] = {}
-    for node in nodes:
-        classes.setdefault(node.eclass, EClass(node.eclass)).nodes.append(node)
-    return EGraphView(classes, roots)
+_view = EGraphView.from_nodes
 
 
 def _cost(table):
