@@ -6,12 +6,14 @@ must match exactly. In `exact` fp mode results must be bit-identical, signs of z
 """
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import jax
 import numpy as np
 
 from lowering.to_jax import program_to_callable
+from service.wire import ConstSpec, decode_array, encode_array
 
 # Normwise relative error allowed per dtype in `real` mode: reassociated sums in that precision.
 TOLERANCE = {"float64": 1e-9, "float32": 1e-4, "float16": 1e-2, "bfloat16": 2e-2}
@@ -67,16 +69,47 @@ def tolerance_for(dtype: str, fp_mode: str) -> float:
 
 def validate(original: dict[str, Any], optimized: dict[str, Any], fp_mode: str = "real",
              trials: int = 2, seed: int = 0) -> dict[str, Any]:
-    """{status: passed|failed, max_rel_error, trials, tolerance} for original vs optimized."""
+    """{status, max_rel_error, trials, tolerance, criterion, original_rel_error}: original vs optimized.
+
+    Real mode first compares the two float32 results. Where they differ by more than the
+    tolerance, an ill-conditioned function (saturating activations on random inputs, long
+    recurrences) may amplify rounding in either program, so both are then measured against a
+    float64 evaluation of the original: the optimized program passes if it is no less accurate
+    than the original (within 2x, or the tolerance)."""
     run_original = jax.jit(program_to_callable(original))
     run_optimized = jax.jit(program_to_callable(optimized))
-    worst, failed = 0.0, False
+    worst, failed, criterion, original_error = 0.0, False, "direct", 0.0
     for trial in range(trials):
         args = random_inputs(original, seed + trial)
-        for ref, res in zip(run_original(*args), run_optimized(*args)):
+        refs, results = run_original(*args), run_optimized(*args)
+        for k, (ref, res) in enumerate(zip(refs, results)):
             error = output_error(ref, res)
+            tolerance = tolerance_for(str(np.asarray(ref).dtype), fp_mode)
+            if fp_mode == "exact":
+                failed |= error > tolerance or not bit_identical(ref, res)
+            elif error > tolerance and np.asarray(ref).dtype == np.float32:
+                exact = float64_reference(original, args)[k]
+                error = output_error(exact, np.asarray(res, np.float64))
+                baseline = output_error(exact, np.asarray(ref, np.float64))
+                failed |= error > max(tolerance, 2 * baseline)
+                criterion, original_error = "float64_reference", max(original_error, baseline)
+            else:
+                failed |= error > tolerance
             worst = max(worst, error)
-            failed |= error > tolerance_for(str(np.asarray(ref).dtype), fp_mode)
-            failed |= fp_mode == "exact" and not bit_identical(ref, res)
     return {"status": "failed" if failed else "passed", "max_rel_error": worst, "trials": trials,
-            "tolerance": {d: tolerance_for(d, fp_mode) for d in sorted(TOLERANCE)}}
+            "tolerance": {d: tolerance_for(d, fp_mode) for d in sorted(TOLERANCE)}, "criterion": criterion,
+            "original_rel_error": original_error}
+
+
+def promote_to_float64(program: dict[str, Any]) -> dict[str, Any]:
+    """The same program computing in float64 wherever it computed in float32."""
+    consts = [{**c, "dtype": "float64", "data": encode_array(decode_array(ConstSpec(**c)).astype(np.float64))}
+              if c["dtype"] == "float32" else c for c in program.get("consts", [])]
+    promoted = json.loads(json.dumps({**program, "consts": []}).replace('"float32"', '"float64"'))
+    return {**promoted, "consts": consts}
+
+
+def float64_reference(program: dict[str, Any], args: list[np.ndarray]) -> list[np.ndarray]:
+    with jax.enable_x64(True):
+        wide = [a.astype(np.float64) if a.dtype == np.float32 else a for a in args]
+        return [np.asarray(x) for x in program_to_callable(promote_to_float64(program))(*wide)]

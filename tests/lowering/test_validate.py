@@ -42,3 +42,31 @@ def test_exact_mode_sees_the_sign_of_zero():
     assert bit_identical(np.array([0.0, np.nan]), np.array([0.0, np.nan]))
     assert not bit_identical(np.array([0.0]), np.array([-0.0]))
     assert output_error(np.array([0.0]), np.array([-0.0])) == 0.0  # real mode: equal numbers
+
+
+def test_ill_conditioned_programs_are_judged_against_a_float64_reference():
+    # 40 steps of the chaotic logistic map: two algebraically equal float32 programs diverge
+    # completely, but neither is less accurate than the other against float64.
+    def original(x):
+        for _ in range(40):
+            x = 3.99 * x * (1.0 - x)
+        return x
+
+    def expanded(x):
+        for _ in range(40):
+            x = 3.99 * x - 3.99 * x * x
+        return x
+
+    x = np.full((64,), 0.3, np.float32)
+    result = validate(capture(original, x), capture(expanded, x))
+    assert result["criterion"] == "float64_reference"
+    assert result["status"] == "passed"
+    assert result["original_rel_error"] > 1e-2  # the original itself is far from exact here
+
+
+def test_float64_reference_still_catches_a_wrong_program():
+    program = _program()
+    wrong = copy.deepcopy(program)
+    wrong["eqns"][-1]["op"] = "sub"
+    result = validate(program, wrong)
+    assert result["criterion"] == "float64_reference" and result["status"] == "failed"
