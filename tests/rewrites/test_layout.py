@@ -221,7 +221,9 @@ CASES: dict[str, RuleCase] = {
                               layout_shape().flatmap(lambda s: st.sampled_from(sorted(COPIES)).map(
                                   lambda op: ([s], {"op": op})))),
 }
-REAL_RULES = {"reduce-sum-of-transpose", "reduce-sum-of-broadcast"}  # a sum regrouped / replaced by a product
+# A sum regrouped or replaced by a product; a max/min over another order may propagate another nan.
+REAL_RULES = {"reduce-sum-of-transpose", "reduce-sum-of-broadcast", "reduce-max-of-transpose",
+              "reduce-min-of-transpose"}
 # The rhs of reduce-sum-of-broadcast is a computed literal (flit); the captured rhs has an ingested
 # one (lit). The algebra family's analyses identify them: the goal runs with those analyses too.
 LAYOUT_WITH_LITERALS = Family("layout+literal-analyses")
