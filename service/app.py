@@ -3,6 +3,7 @@ that turns every client mistake into a 4xx (see DESIGN.md "HTTP API")."""
 from __future__ import annotations
 
 import json
+from contextlib import asynccontextmanager
 from typing import Any
 
 import jax
@@ -11,16 +12,21 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from pydantic_core import to_json
+from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from costmodel.profile import ProfileError, list_profiles, load_profile
-from service import pipeline
+from service import metrics, pipeline
 from service.api_models import (HardwareSummary, OptimizeRequest, OptimizeResponse, SweepRequest,
                                 SweepResponse, UnknownHardware, count_equations, error_status,
                                 resolve_hardware)
+from service.auth import require_token
+from service.cache import ResultCache, canonical_request_id
+from service.limits import check_tensor_elements
 from service.settings import Settings, get_settings
 from service.sweep import SweepError, sweep
 from service.wire import FORMAT, WireError
+from service.workers import QueueFull, WorkerDied, WorkerPool
 
 
 class BodySizeLimit:
@@ -101,16 +107,44 @@ async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": f"internal error: {type(exc).__name__}"}, status_code=500)
 
 
+async def _busy(request: Request, exc: QueueFull | WorkerDied) -> JSONResponse:
+    # 503 + Retry-After: the request was fine, the capacity was not; a retry can succeed.
+    return JSONResponse({"detail": str(exc)}, status_code=503, headers={"Retry-After": str(exc.retry_after_s)})
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI):
+    """Worker processes live as long as the server. With OPTU_WORKERS=0, or when the lifespan never
+    runs (a TestClient used outside `with`), requests are optimized in-process on a thread."""
+    settings: Settings = app.state.settings
+    if settings.workers > 0:
+        app.state.pool = WorkerPool(settings)
+        await app.state.pool.start()
+    try:
+        yield
+    finally:
+        if app.state.pool is not None:
+            await app.state.pool.stop()
+            app.state.pool = None
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     app = FastAPI(title="optu-eqsat", version=pipeline.VERSION,
-                  description="Equality-saturation optimizer for JAX programs targeting an OPTU.")
+                  description="Equality-saturation optimizer for JAX programs targeting an OPTU.",
+                  dependencies=[Depends(require_token)],  # enforced on /v1/* only
+                  lifespan=_lifespan)
     app.state.settings = settings
+    app.state.pool = None  # a WorkerPool while the lifespan runs with workers > 0
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.state.metrics = metrics.install(app, settings)  # added last: outermost, so 413s are counted
+    app.state.cache = ResultCache.from_settings(settings, observer=app.state.metrics)
     app.add_exception_handler(RequestValidationError, _validation_error)
     # Raised by the pipeline or hardware resolution: the client's mistake, mapped in one place.
     for exc_type in (WireError, ProfileError, UnknownHardware, ValidationError):
         app.add_exception_handler(exc_type, _client_error)
+    for exc_type in (QueueFull, WorkerDied):
+        app.add_exception_handler(exc_type, _busy)
     app.add_exception_handler(Exception, _internal_error)
     _add_routes(app)
     return app
@@ -118,13 +152,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 def _program_within_limits(body: OptimizeRequest, settings: Settings) -> dict[str, Any]:
     """The program exactly as the client sent it (aliases, literal objects), so the in-process
-    client and HTTP produce the same request id and result; 422 beyond OPTU_MAX_EQUATIONS."""
+    client and HTTP produce the same request id and result; 422 beyond OPTU_MAX_EQUATIONS or
+    OPTU_MAX_TENSOR_ELEMENTS."""
     program = body.program.model_dump(mode="json", by_alias=True)
     n_eqns = count_equations(program)
     if n_eqns > settings.max_equations:
         raise HTTPException(422, {"eqn": None, "field": "program.eqns",
                                   "message": f"program has {n_eqns} equations; the limit is "
                                              f"{settings.max_equations} (OPTU_MAX_EQUATIONS)"})
+    check_tensor_elements(program, settings.max_tensor_elements)
     return program
 
 
@@ -135,10 +171,19 @@ def _add_routes(app: FastAPI) -> None:
                          413: {"description": "body larger than OPTU_MAX_BODY_BYTES"},
                          422: {"description": "program does not type-check (eqn, field, message), "
                                               "too many equations, or invalid options/hardware"}})
-    def optimize(body: OptimizeRequest, settings: Settings = Depends(settings_of)) -> Any:
-        program = _program_within_limits(body, settings)
+    async def optimize(body: OptimizeRequest, settings: Settings = Depends(settings_of)) -> Any:
+        # async so the worker pool is awaited on the loop; blocking steps (a large program's dump,
+        # cache I/O, in-process optimization) go to threads so /healthz stays responsive.
+        program = await run_in_threadpool(_program_within_limits, body, settings)
         hardware = resolve_hardware(body.hardware, settings.default_hardware)
-        return pipeline.optimize(program, hardware, body.options)
+        key = await run_in_threadpool(canonical_request_id, program, hardware, body.options)
+        if (hit := await run_in_threadpool(app.state.cache.get, key)) is not None:
+            return hit  # answered without computing
+        if app.state.pool is None:
+            result = await run_in_threadpool(pipeline.optimize, program, hardware, body.options)
+        else:
+            result = await app.state.pool.submit(program, hardware, body.options)
+        return await run_in_threadpool(app.state.cache.put, key, result)
 
     @app.post("/v1/sweep", response_model=SweepResponse, tags=["optimize"],
               responses={404: {"description": "unknown hardware profile name"},
@@ -176,8 +221,12 @@ def _add_routes(app: FastAPI) -> None:
         except Exception as exc:  # any failure here means "not ready", reported, never raised
             return JSONResponse({"status": "not ready", "reason": f"{type(exc).__name__}: {exc}"},
                                 status_code=503)
+        pool: WorkerPool | None = app.state.pool
+        if pool is not None and not pool.ready():
+            return JSONResponse({"status": "not ready", "reason": "no worker process is up yet",
+                                 "workers": pool.status()}, status_code=503)
         return JSONResponse({"status": "ready", "default_hardware": settings.default_hardware,
-                             "backend": backend})
+                             "backend": backend, **({"workers": pool.status()} if pool else {})})
 
 
 app = create_app()

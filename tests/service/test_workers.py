@@ -1,0 +1,172 @@
+"""The worker pool through a real server (uvicorn on a loopback port, 2 workers, queue depth 2,
+1 s deadline grace): the event loop stays responsive while every worker is busy, a full queue
+answers 503 + Retry-After, a deadline answers 200 with the original program, a worker killed from
+outside costs only its own request, and oversized tensors are refused before any work."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.service.conftest import REPO_ROOT, _free_port
+
+GRACE_S = 1.0
+MAX_ELEMENTS = 100_000
+
+
+def sum_program(n: int, width: int) -> dict:
+    """x0 + x1 + ... + x(n-1): associativity/commutativity make this slow to saturate, and a
+    warm worker needs several seconds for it whatever the time limit (ingest and validation are
+    not budgeted). `width` varies the shape so that no two requests share a cache entry."""
+    spec = {"shape": [8, width], "dtype": "float32"}
+    eqns, prev = [], "x0"
+    for i in range(1, n):
+        eqns.append({"op": "add", "in": [prev, f"x{i}"], "out": [{"name": f"s{i}", **spec}], "params": {}})
+        prev = f"s{i}"
+    return {"format": "optu.jaxpr/v1", "inputs": [{"name": f"x{i}", **spec} for i in range(n)],
+            "consts": [], "eqns": eqns, "outputs": [prev]}
+
+
+def slow_request(width: int, time_limit_s: float) -> dict:
+    return {"program": sum_program(400, width),
+            "options": {"iter_limit": 100, "node_limit": 10**6, "time_limit_s": time_limit_s, "extraction": "ilp"}}
+
+
+def tiny_request(width: int) -> dict:
+    return {"program": sum_program(2, width), "options": {"time_limit_s": 5}}
+
+
+@pytest.fixture(scope="module")
+def pool_server(tmp_path_factory):
+    """(url, server process) with a worker pool; waits until /readyz says the workers are up."""
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OPTU_WORKERS": "2", "OPTU_QUEUE_DEPTH": "2",
+           "OPTU_DEADLINE_GRACE_S": str(GRACE_S), "OPTU_MAX_TENSOR_ELEMENTS": str(MAX_ELEMENTS),
+           "OPTU_CACHE_DIR": str(tmp_path_factory.mktemp("cache")), "OPTU_LOG_LEVEL": "WARNING"}
+    env.pop("OPTU_API_TOKEN", None)
+    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "service.app:app", "--host", "127.0.0.1",
+                             "--port", str(port), "--log-level", "warning"], cwd=REPO_ROOT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90  # the server and two spawned workers each import JAX
+    try:
+        while True:
+            assert proc.poll() is None, f"server exited with code {proc.returncode}"
+            try:
+                if httpx.get(url + "/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "workers were not ready within 90 s"
+            time.sleep(0.2)
+        yield url, proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def wait_for(url: str, predicate, timeout_s: float) -> dict:
+    """Poll /readyz's worker status until `predicate` holds; fail after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = httpx.get(url + "/readyz", timeout=2).json().get("workers", {})
+        if predicate(status):
+            return status
+        assert time.monotonic() < deadline, f"pool never reached the expected state: {status}"
+        time.sleep(0.05)
+
+
+def worker_pids(server_pid: int) -> list[int]:
+    """The server's spawned worker processes, read from /proc (the resource tracker excluded)."""
+    children: list[int] = []
+    for task in Path(f"/proc/{server_pid}/task").iterdir():
+        children += [int(p) for p in (task / "children").read_text().split()]
+    return [p for p in children if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes()]
+
+
+def post(url: str, body: dict, timeout_s: float = 60) -> tuple[httpx.Response, float]:
+    start = time.monotonic()
+    r = httpx.post(url + "/v1/optimize", json=body, timeout=timeout_s)
+    return r, time.monotonic() - start
+
+
+def test_tensor_over_the_element_limit_is_refused_naming_it(pool_server):
+    url, _ = pool_server
+    program = sum_program(2, 8)
+    program["inputs"][1] = {"name": "huge", "shape": [1000, 1000], "dtype": "float32"}
+    r, _ = post(url, {"program": program})
+    assert r.status_code == 422, r.text
+    detail = r.json()["detail"]
+    assert detail["field"] == "inputs[1]" and "'huge'" in detail["message"]
+    assert str(MAX_ELEMENTS) in detail["message"]
+
+
+def test_busy_workers_leave_health_responsive_and_a_full_queue_answers_503(pool_server):
+    url, _ = pool_server
+    with ThreadPoolExecutor(4) as threads:
+        # two run (each past its 3 s deadline), two wait in the queue
+        pending = [threads.submit(post, url, slow_request(100 + i, 2.0)) for i in range(4)]
+        wait_for(url, lambda s: s.get("busy") == 2 and s.get("queued") == 2, timeout_s=10)
+        with httpx.Client(base_url=url, timeout=2) as client:
+            client.get("/healthz")  # open the connection outside the measurement
+            latencies = []
+            for _ in range(10):
+                start = time.monotonic()
+                assert client.get("/healthz").status_code == 200
+                latencies.append(time.monotonic() - start)
+        assert max(latencies) < 0.1, latencies
+        full, _ = post(url, tiny_request(200))
+        assert full.status_code == 503, full.text
+        assert int(full.headers["Retry-After"]) >= 1
+        answers = [f.result(timeout=60) for f in pending]
+    for r, elapsed in answers:
+        assert r.status_code == 200, r.text
+        assert r.json()["report"]["egraph"]["stop_reason"] == "time_limit"
+    # the first two were dispatched at once: killed at 2 s + 1 s grace, answered soon after
+    assert sorted(e for _, e in answers)[1] < 2.0 + GRACE_S + 3.0
+
+
+def test_a_tiny_time_limit_on_long_work_answers_the_original_program_in_time(pool_server):
+    url, _ = pool_server
+    wait_for(url, lambda s: s.get("workers") == 2 and s.get("busy") == 0, timeout_s=30)
+    body = slow_request(300, 0.1)
+    r, elapsed = post(url, body)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["report"]["egraph"]["stop_reason"] == "time_limit"
+    assert out["program"]["eqns"] == body["program"]["eqns"]  # unchanged (inputs gain a default role)
+    assert out["validation"]["status"] == "skipped" and out["report"]["notes"]
+    assert out["estimate"]["optimized"] == out["estimate"]["baseline"]
+    assert elapsed < 0.1 + GRACE_S + 2.0, elapsed
+
+
+def test_a_worker_killed_mid_request_fails_only_that_request(pool_server):
+    url, proc = pool_server
+    before = wait_for(url, lambda s: s.get("workers") == 2 and s.get("busy") == 0, timeout_s=30)
+    with ThreadPoolExecutor(1) as threads:
+        victim = threads.submit(post, url, slow_request(400, 5.0))
+        wait_for(url, lambda s: s.get("busy") == 1, timeout_s=10)
+        pids = worker_pids(proc.pid)
+        assert len(pids) == 2, pids
+        for pid in pids:  # the busy one and the idle one: both must be replaced
+            os.kill(pid, signal.SIGKILL)
+        r, elapsed = victim.result(timeout=30)
+    assert r.status_code == 503, r.text
+    assert "died" in r.json()["detail"] and int(r.headers["Retry-After"]) >= 1
+    assert elapsed < 5.0  # answered when the worker died, not at the deadline
+    nxt, _ = post(url, tiny_request(401))  # waits for a replacement worker, then succeeds
+    assert nxt.status_code == 200, nxt.text
+    assert nxt.json()["validation"]["status"] == "passed"
+    after = wait_for(url, lambda s: s.get("workers") == 2, timeout_s=30)
+    assert after["restarts"] >= before["restarts"] + 2
+    assert set(worker_pids(proc.pid)).isdisjoint(pids)
