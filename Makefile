@@ -23,6 +23,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m bench.run
 	$(PY) -m bench.calibration
+	$(PY) -m bench.load
 
 clean:
 	rm -rf $(VENV) build *.egg-info

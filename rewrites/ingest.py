@@ -202,7 +202,9 @@ def ingest(program: dict[str, Any]) -> LoadedProgram:
         elif eqn["op"] == "concatenate":
             concatenated.update(o["name"] for o in eqn["out"])
     roots = [env[o] if isinstance(o, str) else arg_term(o) for o in program["outputs"]]
-    egraph.register(*analyses, *(union(output(i)).with_(r) for i, r in enumerate(roots)))
+    commands = [*analyses, *(union(output(i)).with_(r) for i, r in enumerate(roots))]
+    if commands:  # an empty program has none, and egglog's register needs at least one
+        egraph.register(*commands)
     return LoadedProgram(egraph, table, program, len(roots), len(program["eqns"]))
 
 

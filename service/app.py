@@ -8,11 +8,13 @@ from typing import Any
 
 import jax
 from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from pydantic_core import to_json
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from costmodel.profile import ProfileError, list_profiles, load_profile
@@ -97,6 +99,15 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> JS
     return JSONResponse({"detail": detail}, status_code=422)
 
 
+async def _unparsable_body(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    """FastAPI turns any failure to parse a JSON body other than a syntax error (in practice
+    Python's recursion limit on deeply nested JSON) into a vague 400; say what it means."""
+    if exc.status_code == 400 and exc.detail == "There was an error parsing the body":
+        return JSONResponse({"detail": "request body could not be parsed: JSON nests too deeply "
+                                       "(hundreds of levels) or is otherwise unparsable"}, status_code=400)
+    return await http_exception_handler(request, exc)
+
+
 async def _client_error(request: Request, exc: Exception) -> JSONResponse:
     status, detail = error_status(exc)
     return JSONResponse({"detail": detail}, status_code=status)
@@ -140,6 +151,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = metrics.install(app, settings)  # added last: outermost, so 413s are counted
     app.state.cache = ResultCache.from_settings(settings, observer=app.state.metrics)
     app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _unparsable_body)
     # Raised by the pipeline or hardware resolution: the client's mistake, mapped in one place.
     for exc_type in (WireError, ProfileError, UnknownHardware, ValidationError):
         app.add_exception_handler(exc_type, _client_error)

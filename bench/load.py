@@ -1,0 +1,129 @@
+"""Load benchmark: throughput and p50/p99 latency of POST /v1/optimize, cached and uncached, at
+concurrency 1 and 8, against a server this script starts on a loopback port (`python -m bench.load`)."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from bench.run import update_readme
+from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
+from service.capture import capture
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results" / "load.json"
+MODEL = "mlp2"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(cache_dir: str, workers: int) -> tuple[subprocess.Popen, str]:
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OPTU_CACHE_DIR": cache_dir, "OPTU_WORKERS": str(workers),
+           "OPTU_QUEUE_DEPTH": "64", "OPTU_LOG_LEVEL": "WARNING"}
+    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "service.app:app", "--host", "127.0.0.1",
+                             "--port", str(port), "--log-level", "warning"], cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            if httpx.get(url + "/readyz", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("server not ready within 90 s")
+
+
+def bodies(program: dict, n: int, cached: bool, offset: int) -> list[bytes]:
+    """Cached: the warm-up request again. Uncached: every request differs by its node_limit, which
+    changes the canonical request id but hardly the work."""
+    limits = [40_000] * n if cached else [40_001 + offset + i for i in range(n)]
+    return [json.dumps({"program": program, "options": {"node_limit": k}}).encode() for k in limits]
+
+
+def run_config(url: str, payloads: list[bytes], concurrency: int) -> dict:
+    def send(content: bytes) -> tuple[float, int, str | None]:
+        start = time.perf_counter()
+        r = client.post(url + "/v1/optimize", content=content, headers={"content-type": "application/json"})
+        cache = r.json().get("cache") if r.status_code == 200 else None
+        return time.perf_counter() - start, r.status_code, cache
+
+    with httpx.Client(timeout=300, limits=httpx.Limits(max_connections=concurrency)) as client:
+        start = time.perf_counter()
+        with ThreadPoolExecutor(concurrency) as pool:
+            results = list(pool.map(send, payloads))
+        wall = time.perf_counter() - start
+    latencies = np.array([r[0] for r in results])
+    return {"requests": len(results), "concurrency": concurrency, "errors": sum(r[1] != 200 for r in results),
+            "cache_hits": sum(r[2] == "hit" for r in results), "wall_s": round(wall, 4),
+            "throughput_rps": round(len(results) / wall, 3),
+            "p50_ms": round(float(np.percentile(latencies, 50)) * 1e3, 2),
+            "p99_ms": round(float(np.percentile(latencies, 99)) * 1e3, 2)}
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| requests | concurrency | requests/s | p50 ms | p99 ms | cache hits | errors |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        lines.append(f"| {r['kind']} | {r['concurrency']} | {r['throughput_rps']:.2f} | {r['p50_ms']:.1f} | "
+                     f"{r['p99_ms']:.1f} | {r['cache_hits']}/{r['requests']} | {r['errors']} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--requests", type=int, default=40, help="per configuration")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() and min(8, os.cpu_count()) or 2)
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+
+    fn, fargs = ZOO[MODEL]()
+    program = capture(fn, *fargs, weight_argnums=WEIGHT_ARGNUMS[MODEL])
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="optu-load-") as cache_dir:  # a cold cache every run
+        proc, url = start_server(cache_dir, args.workers)
+        try:
+            warm = bodies(program, 1, cached=True, offset=0)[0]
+            assert httpx.post(url + "/v1/optimize", content=warm, timeout=300,
+                              headers={"content-type": "application/json"}).status_code == 200
+            for concurrency in (1, 8):
+                for kind in ("uncached", "cached"):
+                    payloads = bodies(program, args.requests, kind == "cached", offset=1000 * concurrency)
+                    rows.append({"kind": kind, **run_config(url, payloads, concurrency)})
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    result = {"model": MODEL, "workers": args.workers, "server": "uvicorn on loopback, one process",
+              "configs": rows}
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    text = f"Load on {MODEL}, {args.workers} worker processes, {args.requests} requests per row:\n\n{table(rows)}"
+    print(text)
+    update_readme(text, "<!-- load:begin -->", "<!-- load:end -->")
+    return 0 if all(r["errors"] == 0 for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
