@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -16,41 +14,14 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from bench.run import update_readme
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
+from bench.run import update_readme
 from service.capture import capture
+from service.devserver import running_server
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "load.json"
 MODEL = "mlp2"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(cache_dir: str, workers: int) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OPTU_CACHE_DIR": cache_dir, "OPTU_WORKERS": str(workers),
-           "OPTU_QUEUE_DEPTH": "64", "OPTU_LOG_LEVEL": "WARNING"}
-    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "service.app:app", "--host", "127.0.0.1",
-                             "--port", str(port), "--log-level", "warning"], cwd=REPO, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        try:
-            if httpx.get(url + "/readyz", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError("server not ready within 90 s")
 
 
 def bodies(program: dict, n: int, cached: bool, offset: int) -> list[bytes]:
@@ -100,8 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     program = capture(fn, *fargs, weight_argnums=WEIGHT_ARGNUMS[MODEL])
     rows = []
     with tempfile.TemporaryDirectory(prefix="optu-load-") as cache_dir:  # a cold cache every run
-        proc, url = start_server(cache_dir, args.workers)
-        try:
+        settings = {"OPTU_CACHE_DIR": cache_dir, "OPTU_WORKERS": str(args.workers), "OPTU_QUEUE_DEPTH": "64",
+                    "OPTU_LOG_LEVEL": "WARNING"}
+        with running_server(settings, ready_path="/readyz", timeout_s=90, quiet=True) as (url, _):
             warm = bodies(program, 1, cached=True, offset=0)[0]
             assert httpx.post(url + "/v1/optimize", content=warm, timeout=300,
                               headers={"content-type": "application/json"}).status_code == 200
@@ -109,12 +81,6 @@ def main(argv: list[str] | None = None) -> int:
                 for kind in ("uncached", "cached"):
                     payloads = bodies(program, args.requests, kind == "cached", offset=1000 * concurrency)
                     rows.append({"kind": kind, **run_config(url, payloads, concurrency)})
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
     result = {"model": MODEL, "workers": args.workers, "server": "uvicorn on loopback, one process",
               "configs": rows}
     args.output.parent.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,6 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
+from service.devserver import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 DOCKERFILE = REPO / "Dockerfile"
@@ -191,17 +192,11 @@ def test_the_builders_pip_wheel_builds_a_wheel_with_profiles_and_console_script(
     assert re.search(r"^optu = service\.cli:main$", entry_points, re.M)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_entry_point_starts_and_the_healthcheck_passes():
     optu = Path(sys.executable).parent / "optu"
     if not optu.exists():
         pytest.skip(f"console script {optu} missing: the project is not pip-installed in this venv")
-    port = _free_port()
+    port = free_port()
     # The image's environment, but on loopback: ENTRYPOINT + CMD exactly, settings from OPTU_*.
     env = {**os.environ, "OPTU_HOST": "127.0.0.1", "OPTU_PORT": str(port), "JAX_PLATFORMS": "cpu"}
     probe = [sys.executable, *healthcheck_command()[1:]]

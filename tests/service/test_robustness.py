@@ -4,27 +4,16 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import socket
-import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import httpx
 import pytest
 
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
 from service.capture import capture
+from service.devserver import running_server
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 TINY = {
@@ -170,31 +159,8 @@ def test_fifty_nested_scan_bodies_answer_in_bounded_time_without_5xx(server_url)
 @pytest.fixture(scope="module")
 def small_body_server():
     """A second server whose OPTU_MAX_BODY_BYTES is 2 KiB."""
-    port = _free_port()
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OPTU_MAX_BODY_BYTES": "2048", "OPTU_WORKERS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "service.app:app", "--host", "127.0.0.1",
-                             "--port", str(port), "--log-level", "warning"], cwd=REPO_ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    try:
-        while True:
-            assert proc.poll() is None, f"server exited with {proc.returncode}"
-            try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "second server did not start within 60 s"
-            time.sleep(0.2)
+    with running_server({"OPTU_MAX_BODY_BYTES": "2048", "OPTU_WORKERS": "1"}, quiet=True) as (url, _):
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def test_oversized_body_is_413_naming_the_limit(small_body_server):
