@@ -5,17 +5,23 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
+import redis
 from fastapi.testclient import TestClient
 
+from bench.models.zoo import ZOO
 from service.app import create_app
+from service.capture import capture
 from service.cache import RedisCache, ResultCache, SQLiteCache, canonical_request_id
+from service.devserver import free_port
 from service.settings import Settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -126,29 +132,47 @@ def test_unwritable_cache_degrades_to_a_miss(tmp_path):
     assert cache.get("k") is None
 
 
-class FakeRedis:
-    """The three hash commands RedisCache uses, over a dict (values come back as bytes)."""
+@pytest.fixture(scope="module")
+def redis_url():
+    """A real redis-server on a free loopback port (.ci/run installs it; skipped where absent)."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not installed (apt-get install redis-server; .ci/run does)")
+    port = free_port()
+    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"redis://127.0.0.1:{port}/0"
+    client = redis.Redis.from_url(url)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            assert time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.05)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)
 
-    def __init__(self):
-        self.data: dict[str, dict[str, bytes]] = {}
 
-    def hset(self, key, mapping):
-        self.data.setdefault(key, {}).update({k: v.encode() for k, v in mapping.items()})
-
-    def hmget(self, key, *fields):
-        return [self.data.get(key, {}).get(f) for f in fields]
-
-    def delete(self, key):
-        self.data.pop(key, None)
-
-
-def test_redis_backend_round_trip_and_corruption():
-    fake = FakeRedis()
-    cache = RedisCache(fake)
+def test_redis_backend_round_trip_and_corruption(redis_url):
+    cache = ResultCache.from_settings(Settings(cache_url=redis_url))
+    assert isinstance(cache, RedisCache)
     cache.put("k", {"cache": "miss", "program": {"eqns": []}})
     assert cache.get("k") == {"cache": "hit", "program": {"eqns": []}}
-    fake.data["optu:result:k"]["payload"] = b"\xff garbage"
-    assert cache.get("k") is None and "optu:result:k" not in fake.data
+    redis.Redis.from_url(redis_url).hset("optu:result:k", mapping={"payload": b"\xff garbage"})
+    assert cache.get("k") is None  # detected and dropped
+    assert not redis.Redis.from_url(redis_url).exists("optu:result:k")
+
+
+def test_replicas_share_results_through_redis(redis_url):
+    first = TestClient(create_app(Settings(workers=0, cache_url=redis_url)))
+    second = TestClient(create_app(Settings(workers=0, cache_url=redis_url)))
+    fn, args = ZOO["mlp2"]()
+    body = {"program": capture(fn, *args), "options": {"node_limit": 12_345}}
+    assert first.post("/v1/optimize", json=body).json()["cache"] == "miss"
+    assert second.post("/v1/optimize", json=body).json()["cache"] == "hit"
 
 
 def test_from_settings_picks_the_backend(tmp_path):
