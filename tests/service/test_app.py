@@ -7,7 +7,10 @@ import json
 
 import pytest
 from fastapi.testclient import TestClient
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+from wire_examples import MATMUL_SCALE as TINY
 
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
 from costmodel.profile import list_profiles
@@ -16,22 +19,6 @@ from service.api_models import OptimizeRequest
 from service.app import create_app
 from service.capture import capture
 from service.settings import Settings
-
-TINY = {
-    "format": "optu.jaxpr/v1",
-    "inputs": [{"name": "a", "shape": [4, 8], "dtype": "float32", "role": "activation"},
-               {"name": "b", "shape": [8, 16], "dtype": "float32", "role": "weight"}],
-    "consts": [],
-    "eqns": [
-        {"op": "dot_general", "in": ["a", "b"],
-         "out": [{"name": "d", "shape": [4, 16], "dtype": "float32"}],
-         "params": {"dimension_numbers": [[[1], [0]], [[], []]], "precision": None,
-                    "preferred_element_type": "float32"}},
-        {"op": "mul", "in": [{"lit": 0.5, "dtype": "float32"}, "d"],
-         "out": [{"name": "e", "shape": [4, 16], "dtype": "float32"}], "params": {}},
-    ],
-    "outputs": ["e"],
-}
 
 
 @pytest.fixture(scope="module")

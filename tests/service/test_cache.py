@@ -16,31 +16,17 @@ from pathlib import Path
 import pytest
 import redis
 from fastapi.testclient import TestClient
+from wire_examples import MATMUL_SCALE as PROGRAM
 
 from bench.models.zoo import ZOO
 from service.app import create_app
-from service.capture import capture
 from service.cache import RedisCache, ResultCache, SQLiteCache, canonical_request_id
+from service.capture import capture
 from service.devserver import free_port
 from service.settings import Settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
-PROGRAM = {
-    "format": "optu.jaxpr/v1",
-    "inputs": [{"name": "a", "shape": [4, 8], "dtype": "float32", "role": "activation"},
-               {"name": "b", "shape": [8, 16], "dtype": "float32", "role": "weight"}],
-    "consts": [],
-    "eqns": [
-        {"op": "dot_general", "in": ["a", "b"],
-         "out": [{"name": "d", "shape": [4, 16], "dtype": "float32"}],
-         "params": {"dimension_numbers": [[[1], [0]], [[], []]], "precision": None,
-                    "preferred_element_type": "float32"}},
-        {"op": "mul", "in": [{"lit": 0.5, "dtype": "float32"}, "d"],
-         "out": [{"name": "e", "shape": [4, 16], "dtype": "float32"}], "params": {}},
-    ],
-    "outputs": ["e"],
-}
 
 
 def renamed(program: dict, old: str, new: str) -> dict:

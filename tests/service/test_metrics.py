@@ -9,17 +9,11 @@ import re
 
 import pytest
 from fastapi.testclient import TestClient
+from wire_examples import NEGATE as PROGRAM
 
 from service.app import create_app
 from service.metrics import JsonFormatter
 from service.settings import Settings
-
-PROGRAM = {
-    "format": "optu.jaxpr/v1",
-    "inputs": [{"name": "a", "shape": [4], "dtype": "float32"}],
-    "eqns": [{"op": "neg", "in": ["a"], "out": [{"name": "b", "shape": [4], "dtype": "float32"}]}],
-    "outputs": ["b"],
-}
 
 
 @pytest.fixture

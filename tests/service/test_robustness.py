@@ -9,27 +9,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
+from wire_examples import MATMUL_SCALE as TINY
 
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
 from service.capture import capture
 from service.devserver import running_server
 
-
-
-TINY = {
-    "format": "optu.jaxpr/v1",
-    "inputs": [{"name": "a", "shape": [4, 8], "dtype": "float32", "role": "activation"},
-               {"name": "b", "shape": [8, 16], "dtype": "float32", "role": "weight"}],
-    "consts": [],
-    "eqns": [
-        {"op": "dot_general", "in": ["a", "b"], "out": [{"name": "d", "shape": [4, 16], "dtype": "float32"}],
-         "params": {"dimension_numbers": [[[1], [0]], [[], []]], "precision": None,
-                    "preferred_element_type": "float32"}},
-        {"op": "mul", "in": [{"lit": 0.5, "dtype": "float32"}, "d"],
-         "out": [{"name": "e", "shape": [4, 16], "dtype": "float32"}], "params": {}},
-    ],
-    "outputs": ["e"],
-}
 SCAN_LEAF = {"format": "optu.jaxpr/v1", "inputs": [{"name": "x", "shape": [4], "dtype": "float32"}],
              "consts": [], "outputs": ["y"],
              "eqns": [{"op": "mul", "in": ["x", {"lit": 2.0, "dtype": "float32"}],

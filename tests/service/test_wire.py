@@ -12,8 +12,17 @@ import pytest
 from jax import lax
 from pydantic import ValidationError
 
-from service.wire import (ConstSpec, WireEqn, WireError, WireLiteral, WireProgram, decode_array,
-                          encode_array, encode_literal, literal_value)
+from service.wire import (
+    ConstSpec,
+    WireEqn,
+    WireError,
+    WireLiteral,
+    WireProgram,
+    decode_array,
+    encode_array,
+    encode_literal,
+    literal_value,
+)
 from service.wire_params import decode_params, encode_params
 
 
