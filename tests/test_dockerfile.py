@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from service.devserver import free_port
+from service.devserver import free_port, stop
 
 REPO = Path(__file__).resolve().parents[1]
 DOCKERFILE = REPO / "Dockerfile"
@@ -215,9 +215,4 @@ def test_entry_point_starts_and_the_healthcheck_passes():
             assert time.monotonic() < deadline, "the HEALTHCHECK did not pass within 60 s"
             time.sleep(0.3)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
