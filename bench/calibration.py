@@ -21,26 +21,14 @@ from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
 from bench.run import update_readme, machine
 from costmodel.calibrate import median_call_time
 from costmodel.profile import load_profile
-from lowering.kernels import Kernel, avals_of, build_kernel_program
+from lowering.kernels import build_kernel_program
+from lowering.runnable import kernel_subprogram
 from lowering.to_jax import program_to_callable
 from service.capture import capture
 from service.pipeline import optimize
 
 RESULTS = Path(__file__).resolve().parent / "results" / "calibration.json"
 REPEAT_BUDGET_S = 0.2  # per kernel, after warm-up
-
-
-def kernel_program(program: dict[str, Any], kernel: Kernel) -> dict[str, Any]:
-    """The kernel's equations as a standalone wire program; consts it reads stay consts."""
-    eqns = [program["eqns"][i] for i in sorted(set(kernel.eqns))]
-    consts = {c["name"]: c for c in program.get("consts", [])}
-    avals = avals_of(program)
-    outputs = kernel.outputs or [o["name"] for o in eqns[-1]["out"]]
-    return {"format": program["format"],
-            "inputs": [{"name": n, "shape": list(avals[n][0]), "dtype": avals[n][1]}
-                       for n in kernel.inputs if n not in consts],
-            "consts": [consts[n] for n in kernel.inputs if n in consts],
-            "eqns": eqns, "outputs": outputs}
 
 
 def measure_model(name: str, profile_name: str) -> list[dict[str, Any]]:
@@ -54,7 +42,7 @@ def measure_model(name: str, profile_name: str) -> list[dict[str, Any]]:
     rows = []
     for phase, kernels in (("precompute", kp.precompute), ("per_call", kp.kernels)):
         for kernel in kernels:
-            sub = kernel_program(optimized, kernel)
+            sub = kernel_subprogram(optimized, kernel)
             run = program_to_callable(sub)
             inputs = tuple(env[i["name"]] for i in sub["inputs"])
             env.update(zip(sub["outputs"], run(*inputs)))

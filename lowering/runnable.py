@@ -1,0 +1,45 @@
+"""A KernelProgram run kernel by kernel: each kernel becomes its own jitted JAX function over the
+buffers it reads, and buffers flow between kernels the way the kernel program says they do."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+
+from lowering.kernels import Kernel, KernelProgram, avals_of
+from lowering.to_jax import program_to_callable
+
+
+def kernel_subprogram(program: dict[str, Any], kernel: Kernel) -> dict[str, Any]:
+    """The kernel's equations as a standalone wire program; consts it reads stay consts."""
+    eqns = [program["eqns"][i] for i in sorted(set(kernel.eqns))]  # program order is a valid schedule
+    consts = {c["name"]: c for c in program.get("consts", [])}
+    avals = avals_of(program)
+    outputs = kernel.outputs or [o["name"] for o in eqns[-1]["out"]]
+    return {"format": program["format"],
+            "inputs": [{"name": n, "shape": list(avals[n][0]), "dtype": avals[n][1]}
+                       for n in kernel.inputs if n not in consts],
+            "consts": [consts[n] for n in kernel.inputs if n in consts],
+            "eqns": eqns, "outputs": outputs}
+
+
+class KernelRunner:
+    """Runs `kernels` (precompute first, then per-call) of a lowered wire program; one jitted
+    function per kernel, compiled on first use."""
+
+    def __init__(self, program: dict[str, Any], kernels: KernelProgram):
+        self.program = program
+        self.steps = [(k, kernel_subprogram(program, k)) for k in [*kernels.precompute, *kernels.kernels]]
+        self.calls = [jax.jit(program_to_callable(sub)) for _, sub in self.steps]
+
+    def buffers(self, *args: Any) -> dict[str, Any]:
+        """Every buffer the kernels write, keyed by name, after one run on `args` (program inputs)."""
+        env: dict[str, Any] = dict(zip((i["name"] for i in self.program["inputs"]), args))
+        for (_, sub), call in zip(self.steps, self.calls):
+            env.update(zip(sub["outputs"], call(*(env[i["name"]] for i in sub["inputs"]))))
+        return env
+
+    def __call__(self, *args: Any) -> Sequence[Any]:
+        env = self.buffers(*args)
+        return [env[o] if isinstance(o, str) else o for o in self.program["outputs"]]
