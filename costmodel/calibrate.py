@@ -1,13 +1,18 @@
 """`optu calibrate`: measure this machine with JAX on the CPU and write the `cpu-host` profile.
 
-Every rate is the median of repeated `jax.jit` calls after a warm-up, so compilation and first-call
-costs never count; the profile maps the CPU onto the OPTU schema as described in its comments.
+Measurements run in a fresh process under fixed JAX settings (see `apply_measurement_settings`).
+Each rate is a slope between two sizes of the same probe, so per-call costs cancel out; each time
+is the least, over interleaved passes, of the median of a few consecutive calls.
 """
 from __future__ import annotations
 
 import datetime
+import json
 import os
+import random
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,17 +25,26 @@ from jax import lax
 
 from costmodel.profile import PROFILES_DIR, _load_named, load_profile
 
+# Single-threaded Eigen: on a small shared host, a GEMM split across XLA's thread pool waits for a
+# core that another process may hold (10-40 us of noise per call); one thread is reproducible.
+MEASUREMENT_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false"
 # The CPU is modelled as one "core" whose stationary tile is TILE x TILE: a matmul smaller than a
 # tile costs a whole tile, like a cache-blocked CPU GEMM whose micro-kernel pads small operands.
 TILE = 16
-MATMUL_SIZES = (64, 128, 256, 384, 512)  # square fp32; large enough that flops dominate the call
-CACHE_ELEMENTS = 1 << 15  # 128 KiB of fp32 per array: resident in L2 on any x86 of the last decade
-DRAM_ELEMENTS = 1 << 23  # 32 MiB of fp32 per array: larger than most last-level caches
-CHAIN = 16  # fused ops per element, so arithmetic rather than load/store dominates
+MATMUL_SIZES = (128, 512)  # square fp32: the slope between them is the sustained GEMM rate
+L2_ELEMENTS = (1 << 14, 1 << 16)  # two fp32 adds whose three arrays stay in a 1 MiB L2
+LLC_ELEMENTS = (1 << 18, 1 << 20)  # 3-12 MiB: past L2, inside any server last-level cache
+DRAM_ELEMENTS = 1 << 23  # 32 MiB of fp32 per array, 96 MiB per add: past any last-level cache
+VECTOR_ELEMENTS = 1 << 15  # 128 KiB of fp32: the chains below run from L1/L2
+REDUCE_ELEMENTS = 1 << 17  # 512 KiB of fp32 in 64-wide rows: L2-resident, long enough to resolve
+CHAINS = (2, 18)  # chain lengths: the slope between them is the per-op cost, free of load/store
+GEMM_CHAIN = (1, 17)  # dependent tiny GEMMs in one call: the slope is the fixed cost of one GEMM
+LOOP_TRIPS = (8, 520)  # scan lengths with a tiny body: the slope is the cost of one iteration
+BUFFERS = (1, 9)  # inputs (or outputs) of a call on 16-element arrays: the slope is one buffer's cost
 # Ops whose per-element cost is measured, each as a bounded chain (values stay finite and in the
 # normal range, where timings are representative); `extra` counts the helper ops in each step.
 TRANSCENDENTALS: dict[str, tuple[Callable[[Any], Any], int]] = {
-    "div": (lambda x: 1.5 / x, 0),
+    "div": (lambda x: 1.5 / (x + 1.0), 1),  # not 1.5 / x: XLA folds 1.5 / (1.5 / x) back to x
     "sqrt": (lambda x: jnp.sqrt(x), 0),
     "rsqrt": (lambda x: lax.rsqrt(x), 0),
     "exp": (lambda x: jnp.exp(-x), 1),
@@ -40,83 +54,174 @@ TRANSCENDENTALS: dict[str, tuple[Callable[[Any], Any], int]] = {
     "erf": (lambda x: lax.erf(x), 0),
     "pow": (lambda x: lax.pow(x, jnp.float32(1.3)), 0),
 }
+FMA_STEP = (lambda x: x * 0.999 + 0.001, 2)  # the unit chain: a multiply and an add per step
+# XLA:CPU's small convolutions cost per output position (gathering its patch), nearly whatever their
+# features: the slope between two image sizes, median over a few feature counts, is that rate.
+CONV_SIZES = (16, 32)  # height = width of a batch of 2 NHWC images, 3x3 window, SAME padding
+CONV_FEATURES = (4, 8, 16)  # in = out features
+CONV_TINY = 4  # a 4x4 image with one feature: almost pure setup
 
 
-def median_call_time(fn: Callable, args: tuple, budget_s: float, max_repeats: int = 200) -> float:
-    """Median seconds of one jitted call of `fn(*args)` after two warm-up calls."""
-    jitted = jax.jit(fn)
-    args = tuple(jax.device_put(a) for a in args)
-    for _ in range(2):
-        jax.block_until_ready(jitted(*args))
-    samples: list[float] = []
-    deadline = time.perf_counter() + budget_s
-    while len(samples) < 3 or (len(samples) < max_repeats and time.perf_counter() < deadline):
-        start = time.perf_counter()
-        jax.block_until_ready(jitted(*args))
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+def apply_measurement_settings() -> None:
+    """Synchronous dispatch (a call returns when its kernel is done, no hand-off to a worker
+    thread) and single-threaded Eigen. Effective only before JAX creates its CPU client."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if MEASUREMENT_XLA_FLAGS not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} {MEASUREMENT_XLA_FLAGS}".strip()
+    jax.config.update("jax_cpu_enable_async_dispatch", False)
 
 
-def _net(t: float, overhead_s: float) -> float:
-    """Call time less the per-call overhead the kernel model charges separately; never below a
-    tenth of the call, so timing noise cannot make a rate infinite."""
-    return max(t - overhead_s, 0.1 * t)
+class Probe:
+    """One jitted call on fixed arguments, timed as the least median of `group` consecutive calls."""
+
+    def __init__(self, fn: Callable, args: tuple, group: int = 5):
+        self.call = jax.jit(fn)
+        self.args = tuple(jax.device_put(a) for a in args)
+        self.group = group
+        self.best = float("inf")
+        self.runs: list[float] = []  # best group median of each `run`, to show the spread
+        for _ in range(2):  # compile and warm the caches
+            jax.block_until_ready(self.call(*self.args))
+
+    def run(self, budget_s: float) -> float:
+        """Spend about `budget_s` (at least one group); returns and keeps the best group median."""
+        deadline, best = time.perf_counter() + budget_s, float("inf")
+        while True:
+            samples = []
+            for _ in range(self.group):
+                start = time.perf_counter()
+                jax.block_until_ready(self.call(*self.args))
+                samples.append(time.perf_counter() - start)
+            best = min(best, statistics.median(samples))
+            if time.perf_counter() >= deadline:
+                self.runs.append(best)
+                self.best = min(self.best, best)
+                return self.best
 
 
-def _uniform(n: int, low: float = 0.5, high: float = 1.5, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).uniform(low, high, n).astype(np.float32)
+def time_probes(probes: dict[str, Probe], budget_s: float, passes: int = 4, seed: int = 0) -> dict[str, float]:
+    """Best time of each probe over `passes` interleaved passes in shuffled order: a slow spell of
+    the machine (another process on the core) then hits one pass of every probe, not all of one."""
+    order = list(probes)
+    rng = random.Random(seed)
+    for _ in range(passes):
+        rng.shuffle(order)
+        for name in order:
+            probes[name].run(budget_s / (passes * len(probes)))
+    return {name: probe.best for name, probe in probes.items()}
 
 
-def _chain(step: Callable[[Any], Any]) -> Callable[[Any], Any]:
+def _uniform(*shape: int, low: float = 0.5, high: float = 1.5, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).uniform(low, high, shape).astype(np.float32)
+
+
+def _chain(step: Callable[[Any], Any], length: int) -> Callable[[Any], Any]:
     def run(x):
-        for _ in range(CHAIN):
+        for _ in range(length):
             x = step(x)
         return x
     return run
 
 
-def measure_matmul(budget_s: float) -> dict[str, Any]:
-    """Fit t = t0 + flops / rate over square matmuls; the slope is the marginal rate."""
-    rng = np.random.default_rng(0)
-    times = []
+def _gemm_chain(length: int) -> Callable[[Any, Any], Any]:
+    def run(x, w):
+        for _ in range(length):
+            x = x @ w
+        return x
+    return run
+
+
+def _scan(trips: int) -> Callable[[Any], Any]:
+    def run(x):
+        return lax.scan(lambda c, _: (c * 0.999 + 0.001, None), x, None, length=trips)[0]
+    return run
+
+
+def _conv(x, k):
+    return lax.conv_general_dilated(x, k, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+
+def build_probes() -> dict[str, Probe]:
+    p = {"call": Probe(lambda v: v + 1.0, (np.float32(1.0),))}
     for n in MATMUL_SIZES:
-        a, b = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
-        times.append(median_call_time(jnp.matmul, (a, b), budget_s / len(MATMUL_SIZES)))
-    flops = np.array([2.0 * n**3 for n in MATMUL_SIZES])
-    slope, intercept = np.polyfit(flops, np.array(times), 1)
-    largest = flops[-1] / times[-1]
-    # A noisy fit (shared machine) can give a non-positive slope; the largest size is then the
-    # best single estimate of the sustained rate.
-    rate = 1.0 / slope if slope > 0 else largest
-    return {"flops_per_s": float(rate), "intercept_s": float(intercept), "largest_flops_per_s": float(largest),
-            "sizes": list(MATMUL_SIZES), "times_s": times}
+        p[f"matmul{n}"] = Probe(jnp.matmul, (_uniform(n, n), _uniform(n, n, seed=1)))
+    for length in GEMM_CHAIN:  # 8 x 16 @ 16 x 16 scaled to stay finite: one tile, 8 rows
+        p[f"gemm_chain{length}"] = Probe(_gemm_chain(length), (_uniform(8, TILE), _uniform(TILE, TILE) / TILE))
+    x = _uniform(VECTOR_ELEMENTS)
+    for op, (step, _) in {"fma": FMA_STEP, **TRANSCENDENTALS}.items():
+        for length in CHAINS:
+            p[f"{op}{length}"] = Probe(_chain(step, length), (x,))
+    rows = _uniform(REDUCE_ELEMENTS // 64, 64)
+    p["row_sum"], p["row_scale"] = Probe(lambda v: v.sum(-1), (rows,)), Probe(lambda v: v * 1.5, (rows,))
+    for n in (*L2_ELEMENTS, *LLC_ELEMENTS, DRAM_ELEMENTS):
+        p[f"add{n}"] = Probe(jnp.add, (_uniform(n), _uniform(n, seed=1)), group=3 if n >= DRAM_ELEMENTS else 5)
+    for size in CONV_SIZES:
+        for f in CONV_FEATURES:
+            p[f"conv{size}x{f}"] = Probe(_conv, (_uniform(2, size, size, f), _uniform(3, 3, f, f) / (9 * f)))
+    p["conv_tiny"] = Probe(_conv, (_uniform(1, CONV_TINY, CONV_TINY, 1), _uniform(3, 3, 1, 1)))
+    for trips in LOOP_TRIPS:
+        p[f"scan{trips}"] = Probe(_scan(trips), (_uniform(4, 32),))
+    for n in BUFFERS:
+        p[f"inputs{n}"] = Probe(lambda *xs: sum(xs), tuple(_uniform(16, seed=i) for i in range(n)))
+        p[f"outputs{n}"] = Probe(lambda x, n=n: [x + float(i) for i in range(n)], (_uniform(16),))
+    return p
 
 
-def measure_vector(budget_s: float, overhead_s: float) -> dict[str, Any]:
-    """Fused multiply-add chain (compute rate), cached add (SRAM bandwidth), per-op weights."""
-    x, y = _uniform(CACHE_ELEMENTS), _uniform(CACHE_ELEMENTS, seed=1)
-    share = budget_s / (2 + len(TRANSCENDENTALS))
-    fma_s = _net(median_call_time(_chain(lambda v: v * 0.999 + 0.001), (x,), share), overhead_s)
-    flops_per_s = 2.0 * CHAIN * CACHE_ELEMENTS / fma_s
-    add_s = _net(median_call_time(jnp.add, (x, y), share), overhead_s)
-    sram_bw = 3 * 4 * CACHE_ELEMENTS / add_s  # two fp32 reads and one write per element
-    weights = {}
-    for op, (step, extra) in TRANSCENDENTALS.items():
-        t = _net(median_call_time(_chain(step), (x,), share), overhead_s)
-        # flops per element in the profile's unit (one step of the FMA chain's add or multiply)
-        weights[op] = max(1.0, t * flops_per_s / (CHAIN * CACHE_ELEMENTS) - extra)
-    return {"flops_per_s": flops_per_s, "sram_bw_bytes_per_s": sram_bw, "op_weights": weights}
+def derive(t: dict[str, float]) -> dict[str, Any]:
+    """Rates and overheads from probe times (seconds); each is a slope or a difference of two."""
+    def slope(a: str, b: str, work_a: float, work_b: float) -> float:  # seconds per unit of work
+        return max(t[b] - t[a], 1e-12) / (work_b - work_a)  # a noisy non-positive slope stays finite
+
+    def bandwidth(sizes: tuple[int, int]) -> float:  # an fp32 add moves 12 bytes per element
+        return 12.0 / slope(*(f"add{n}" for n in sizes), *sizes)
+
+    call = t["call"]
+    flops = {n: 2.0 * n**3 for n in MATMUL_SIZES}
+    lo, hi = MATMUL_SIZES
+    matmul_rate = 1.0 / slope(f"matmul{lo}", f"matmul{hi}", flops[lo], flops[hi])
+    clock = matmul_rate / (2 * TILE * TILE)
+    # One 8-row pass over one tile per GEMM is the modelled work; the rest is the per-GEMM cost.
+    gemm_call = max(0.0, slope(*(f"gemm_chain{n}" for n in GEMM_CHAIN), *GEMM_CHAIN) - 8 / clock)
+    a, b = CHAINS
+    per_step = {op: slope(f"{op}{a}", f"{op}{b}", a * VECTOR_ELEMENTS, b * VECTOR_ELEMENTS)
+                for op in ("fma", *TRANSCENDENTALS)}
+    flops_per_s = FMA_STEP[1] / per_step["fma"]
+    weights = {op: max(1.0, per_step[op] * flops_per_s - extra) for op, (_, extra) in TRANSCENDENTALS.items()}
+    # A row sum reads what a scale reads and writes 1/64 of it: any extra time is the reduction's.
+    weights["reduce"] = max(1.0, 1.0 + (t["row_sum"] - t["row_scale"]) * flops_per_s / REDUCE_ELEMENTS)
+    a, b = CONV_SIZES
+    per_position = statistics.median(slope(f"conv{a}x{f}", f"conv{b}x{f}", 2 * a * a, 2 * b * b)
+                                     for f in CONV_FEATURES)
+    return {
+        "matmul": {"flops_per_s": matmul_rate, "call_overhead_s": gemm_call, "sizes": list(MATMUL_SIZES),
+                   "times_s": [t[f"matmul{n}"] for n in MATMUL_SIZES]},
+        "conv": {"positions_per_s": 1.0 / per_position, "overhead_s": max(0.0, t["conv_tiny"] - call)},
+        "vector": {"flops_per_s": flops_per_s, "sram_bw_bytes_per_s": bandwidth(L2_ELEMENTS), "op_weights": weights},
+        "memory": {"cache_bw_bytes_per_s": bandwidth(LLC_ELEMENTS),
+                   "hbm_bw_bytes_per_s": 12.0 * DRAM_ELEMENTS / max(t[f"add{DRAM_ELEMENTS}"] - call, 1e-9)},
+        "loop": {"iteration_s": max(0.0, slope(*(f"scan{n}" for n in LOOP_TRIPS), *LOOP_TRIPS)
+                                    - 4 * 32 * FMA_STEP[1] / flops_per_s)},
+        "overhead": {"launch_overhead_s": call,
+                     **{f"{kind}_s": slope(*(f"{kind}{n}" for n in BUFFERS), *BUFFERS) for kind in ("inputs", "outputs")}},
+    }
 
 
-def measure_memory(budget_s: float, overhead_s: float) -> dict[str, Any]:
-    x, y = _uniform(DRAM_ELEMENTS), _uniform(DRAM_ELEMENTS, seed=1)
-    t = _net(median_call_time(jnp.add, (x, y), budget_s, max_repeats=50), overhead_s)
-    return {"hbm_bw_bytes_per_s": 3 * 4 * DRAM_ELEMENTS / t}
+def measure(seconds_budget: float) -> dict[str, Any]:
+    """All measurements in this process (which must have applied the measurement settings)."""
+    times = time_probes(build_probes(), seconds_budget)
+    return {"date": datetime.date.today().isoformat(), "jax": jax.__version__, "cpus": os.cpu_count(),
+            "xla_flags": MEASUREMENT_XLA_FLAGS, "llc_bytes": last_level_cache_bytes(),
+            "probe_times_s": times, **derive(times)}
 
 
-def measure_overhead(budget_s: float) -> dict[str, Any]:
-    return {"launch_overhead_s": median_call_time(lambda v: v + 1.0, (np.float32(1.0),), budget_s,
-                                                  max_repeats=2000)}
+def calibrate(seconds_budget: float = 20) -> dict[str, Any]:
+    """Measure this machine in a fresh Python process, so the measurement settings hold whatever
+    this process has done with JAX; the budget is for timing (compilation comes on top)."""
+    done = subprocess.run([sys.executable, "-m", "costmodel.calibrate", str(seconds_budget)],
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"calibration process failed:\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def last_level_cache_bytes() -> int | None:
@@ -136,55 +241,39 @@ def last_level_cache_bytes() -> int | None:
     return best
 
 
-def calibrate(seconds_budget: float = 20) -> dict[str, Any]:
-    """Measure this machine; the budget is shared by the measurements (compile time excluded)."""
-    overhead = measure_overhead(0.1 * seconds_budget)
-    return {
-        "date": datetime.date.today().isoformat(),
-        "jax": jax.__version__,
-        "cpus": os.cpu_count(),
-        "matmul": measure_matmul(0.4 * seconds_budget),
-        "vector": measure_vector(0.35 * seconds_budget, overhead["launch_overhead_s"]),
-        "memory": measure_memory(0.15 * seconds_budget, overhead["launch_overhead_s"]),
-        "overhead": overhead,
-        "llc_bytes": last_level_cache_bytes(),
-    }
-
-
 def _num(value: float) -> str:
     return f"{value:.4g}"  # TOML reads 1e+10 and 1024 alike; the schema accepts ints for floats
 
 
 def write_cpu_host_profile(measured: dict[str, Any], path: str | Path = PROFILES_DIR / "cpu-host.toml") -> Path:
     """Write a `cpu-host` profile from `calibrate()`'s result and check that it loads."""
-    m, v = measured["matmul"], measured["vector"]
+    m, v, mem, conv = measured["matmul"], measured["vector"], measured["memory"], measured["conv"]
     by = f"measured by optu calibrate on {measured['date']}"
     unmeasured = f"not measurable from user space; assumption kept by optu calibrate on {measured['date']}"
     clock = m["flops_per_s"] / (2 * TILE * TILE)
     llc = measured["llc_bytes"]
-    sram_note = f"{by}: largest data cache of cpu0 in /sys/devices/system/cpu/cpu0/cache" if llc else \
+    cache_note = f"{by}: largest data cache of cpu0 in /sys/devices/system/cpu/cpu0/cache" if llc else \
         f"{unmeasured}: 8 MB last-level cache (sysfs did not report one)"
-    sizes = "/".join(str(n) for n in m["sizes"])
+    lo, hi = MATMUL_SIZES
     lines = [
         f"# cpu-host: this machine's CPU ({measured['cpus']} CPUs, jax {measured['jax']}) in the OPTU schema,",
-        "# written by `optu calibrate`.",
+        "# written by `optu calibrate`. Measured with synchronous dispatch and XLA_FLAGS",
+        f"# {measured['xla_flags']} (one thread per GEMM), the settings the calibration benchmark uses.",
         "# Mapping: the CPU is ONE gemm \"core\" with a 16 x 16 stationary tile, no weight-load time,",
         "# and a clock chosen so 2 * rows * cols * clock_hz equals the measured fp32 matmul rate; so a",
         "# large GEMM costs flops / rate and one smaller than a tile costs a whole tile. Converter and",
         "# laser fields have no CPU meaning: bits are operand widths, the laser term is core power.",
-        f"# Not representable in this schema: the matmul fit's intercept ({m['intercept_s']:.3g} s per call,",
-        f"# against {measured['overhead']['launch_overhead_s']:.3g} s for a scalar call) is a fixed per-GEMM cost",
-        "# of XLA:CPU's matmul; it is left out, so small GEMM kernels are underestimated.",
+        "# Rates are slopes between two sizes of one probe, so the per-call cost cancels out.",
         'name = "cpu-host"',
         (f'description = "This host measured by optu calibrate on {measured["date"]}: '
-         f'{m["flops_per_s"] / 1e9:.1f} GFLOP/s matmul, {measured["memory"]["hbm_bw_bytes_per_s"] / 1e9:.1f} GB/s DRAM"'),
+         f'{m["flops_per_s"] / 1e9:.1f} GFLOP/s matmul, {mem["hbm_bw_bytes_per_s"] / 1e9:.1f} GB/s DRAM"'),
         "",
         "[gemm]",
         f"rows = {TILE}  # assumption: 16-wide register/cache block of N (see the mapping above)",
         f"cols = {TILE}  # assumption: 16-deep block of K (see the mapping above)",
-        "cores = 1  # the whole CPU is one core: the measured rate already includes all threads XLA uses",
-        (f"clock_hz = {_num(clock)}  # {by}: fitted matmul rate {m['flops_per_s']:.4g} flop/s "
-         f"(sizes {sizes}, slope of t vs flops) / (2 * 16 * 16)"),
+        "cores = 1  # the whole CPU is one core: GEMMs run on one thread (see the settings above)",
+        (f"clock_hz = {_num(clock)}  # {by}: matmul rate {m['flops_per_s']:.4g} flop/s (slope of t vs flops, "
+         f"square fp32 {lo} and {hi}) / (2 * 16 * 16)"),
         "weight_load_s = 0.0  # a CPU streams both operands from cache; no separate weight programming",
         "weight_load_overlap = 0.0  # nothing to overlap when weight_load_s is 0",
         "dac_bits = 32  # fp32 operand width (no converters on a CPU)",
@@ -193,35 +282,58 @@ def write_cpu_host_profile(measured: dict[str, Any], path: str | Path = PROFILES
         f"adc_energy_j = 5.0e-12  # {unmeasured}: one accumulate + store, same scale as a load",
         "weight_cell_energy_j = 0.0  # no weight programming on a CPU (weight_load_s is 0)",
         f"laser_power_w = 15.0  # {unmeasured}: ~15 W of busy core power stands in for the laser term",
+        (f"call_overhead_s = {_num(m['call_overhead_s'])}  # {by}: slope of t vs chain length of dependent "
+         f"8x16 @ 16x16 GEMMs in one call ({GEMM_CHAIN[0]} and {GEMM_CHAIN[1]}), less one tile pass"),
+        (f"conv_overhead_s = {_num(conv['overhead_s'])}  # {by}: a 3x3 convolution of one {CONV_TINY}x"
+         f"{CONV_TINY} single-feature image, less the per-call overhead"),
+        (f"conv_positions_per_s = {_num(conv['positions_per_s'])}  # {by}: slope of t vs output positions "
+         f"of 3x3 NHWC convolutions of 2 images {CONV_SIZES[0]} and {CONV_SIZES[1]} square, median over "
+         f"{'/'.join(map(str, CONV_FEATURES))} features in and out"),
         "",
         "[vector]",
-        (f"flops_per_s = {_num(v['flops_per_s'])}  # {by}: fused chain of {CHAIN} multiply-adds over "
-         f"{CACHE_ELEMENTS} cached fp32 elements"),
+        (f"flops_per_s = {_num(v['flops_per_s'])}  # {by}: slope of t vs length of a multiply-add chain "
+         f"({CHAINS[0]} and {CHAINS[1]} steps) over {VECTOR_ELEMENTS} cached fp32 elements, 2 flops a step"),
         f"energy_per_flop_j = 1.0e-11  # {unmeasured}: ~10 pJ per scalar-equivalent flop",
         "",
         "[memory]",
-        f"sram_bytes = {llc or 8_000_000}  # {sram_note}",
-        (f"sram_bw_bytes_per_s = {_num(v['sram_bw_bytes_per_s'])}  # {by}: fp32 add of two cached "
-         f"{CACHE_ELEMENTS}-element arrays, 12 bytes per element"),
+        f"sram_bytes = {llc or 8_000_000}  # {cache_note}",
+        (f"sram_bw_bytes_per_s = {_num(v['sram_bw_bytes_per_s'])}  # {by}: slope of t vs bytes of fp32 adds of "
+         f"{L2_ELEMENTS[0]} and {L2_ELEMENTS[1]} elements (12 bytes each), L2-resident"),
         f"sram_energy_per_byte_j = 2.0e-12  # {unmeasured}: Horowitz 45 nm ~1.25 pJ/byte plus cache wiring",
-        (f"hbm_bw_bytes_per_s = {_num(measured['memory']['hbm_bw_bytes_per_s'])}  # {by}: fp32 add of two "
-         f"{DRAM_ELEMENTS}-element (32 MiB) arrays, 12 bytes per element; DRAM plays HBM"),
+        (f"hbm_bw_bytes_per_s = {_num(mem['hbm_bw_bytes_per_s'])}  # {by}: fp32 add of two "
+         f"{DRAM_ELEMENTS}-element (32 MiB) arrays, 12 bytes per element, less the per-call overhead; DRAM plays HBM"),
         f"hbm_energy_per_byte_j = 1.5e-10  # {unmeasured}: ~20 pJ/bit for DDR including I/O",
+        f"cache_bytes = {llc or 8_000_000}  # {cache_note}; kernel traffic up to this size stays in it",
+        (f"cache_bw_bytes_per_s = {_num(mem['cache_bw_bytes_per_s'])}  # {by}: slope of t vs bytes of fp32 adds "
+         f"of {LLC_ELEMENTS[0]} and {LLC_ELEMENTS[1]} elements, past L2 and inside the last-level cache"),
         "",
         "[kernel]",
-        (f"launch_overhead_s = {_num(measured['overhead']['launch_overhead_s'])}  # {by}: median jitted "
-         "call of a scalar add (dispatch + block_until_ready)"),
+        (f"launch_overhead_s = {_num(measured['overhead']['launch_overhead_s'])}  # {by}: jitted call of a "
+         "scalar add (dispatch + block_until_ready), one input and one output"),
+        (f"input_overhead_s = {_num(measured['overhead']['inputs_s'])}  # {by}: slope of t vs inputs "
+         f"({BUFFERS[0]} and {BUFFERS[1]}) of a jitted sum of 16-element arrays"),
+        (f"output_overhead_s = {_num(measured['overhead']['outputs_s'])}  # {by}: slope of t vs outputs "
+         f"({BUFFERS[0]} and {BUFFERS[1]}) of a jitted call returning 16-element arrays"),
+        (f"loop_iteration_s = {_num(measured['loop']['iteration_s'])}  # {by}: slope of t vs length of a scan "
+         f"({LOOP_TRIPS[0]} and {LOOP_TRIPS[1]}) with a 4x32 multiply-add body, less the body's flops"),
         "",
         "# Flops per element in units of one multiply-add-chain op (so add/mul are 1 by definition).",
         "[vector.op_weights]",
     ]
-    ones = ("add", "sub", "mul", "max", "min", "neg", "select", "compare", "reduce")
+    ones = ("add", "sub", "mul", "max", "min", "neg", "select", "compare")
     lines += [f"{op} = 1  # the unit: one op of the measured multiply-add chain" for op in ones]
-    lines += [f"{op} = {_num(w)}  # {by}: chain of {CHAIN} {op} per element, time x flops_per_s per element"
-              for op, w in v["op_weights"].items()]
+    for op, w in v["op_weights"].items():
+        how = ("a 64-wide row sum against a scale of the same array, extra time x flops_per_s per element"
+               if op == "reduce" else f"slope of t vs chain length of {op}, x flops_per_s per element")
+        lines.append(f"{op} = {_num(w)}  # {by}: {how} (at least 1)")
     lines.append("default = 1  # unlisted ops cost like one op of the multiply-add chain (assumption)")
     path = Path(path)
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     load_profile(str(path))  # raises ProfileError rather than leave behind a profile that does not load
     _load_named.cache_clear()  # the shipped file may just have changed under the name cache
     return path
+
+
+if __name__ == "__main__":  # the measuring process started by `calibrate`
+    apply_measurement_settings()
+    print(json.dumps(measure(float(sys.argv[1]) if len(sys.argv) > 1 else 20.0)))

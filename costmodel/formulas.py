@@ -7,7 +7,7 @@ numbers, so extraction, lowering and the lower-bound computation all price work 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from costmodel.profile import HardwareProfile
 
@@ -97,7 +97,7 @@ def gemm_cost(p: HardwareProfile, m: int, k: int, n: int, batch: int = 1) -> Gem
     weight_loads = batch * tiles
     load_part = g.weight_load_s * (1.0 - g.weight_load_overlap)
     stream_part = max(m, 1) / g.clock_hz  # a pass over the rows takes at least one clock
-    time_s = weight_loads * (load_part + stream_part) / g.cores
+    time_s = weight_loads * (load_part + stream_part) / g.cores + g.call_overhead_s
     energy_j = (
         weight_loads * g.rows * g.cols * g.weight_cell_energy_j
         + batch * m * k * n_blocks * g.dac_energy_j  # each input row is encoded once per N block
@@ -114,6 +114,36 @@ def gemm_cost(p: HardwareProfile, m: int, k: int, n: int, batch: int = 1) -> Gem
         flops=2.0 * m * k * n * batch,
         bound="weight_load" if load_part > stream_part else "optical",
     )
+
+
+def conv_cost(p: HardwareProfile, m: int, k: int, n: int, groups: int = 1) -> GemmCost:
+    """A convolution as an implicit GEMM: m output positions, k = window x in-features and n
+    out-features per group. Either operand may be the stationary one. Where the profile has a
+    gather rate, gathering the m positions' patches (im2col) bounds the time, which is what limits
+    a convolution with few features; a fixed conv setup replaces the GEMM call cost."""
+    g = min(gemm_cost(p, m, k, n, groups), gemm_cost(p, n, k, m, groups), key=lambda c: c.time_s)
+    if not g.weight_loads:
+        return g
+    rate = p.gemm.conv_positions_per_s
+    gather_s = m / rate if rate else 0.0
+    time_s = max(g.time_s - p.gemm.call_overhead_s, gather_s) + p.gemm.conv_overhead_s
+    return replace(g, time_s=time_s, energy_j=g.energy_j + p.gemm.laser_power_w * (time_s - g.time_s))
+
+
+def loop_cost(p: HardwareProfile, body_time_s: float, trips: int) -> float:
+    """Seconds of a loop whose body takes `body_time_s`, run `trips` times (scan, while)."""
+    if trips < 0 or body_time_s < 0:
+        raise ValueError(f"trips and body time must be >= 0, got {trips}, {body_time_s}")
+    return trips * (body_time_s + p.kernel.loop_iteration_s)
+
+
+def memory_time(p: HardwareProfile, nbytes: float) -> float:
+    """Seconds to move `nbytes` across a kernel boundary: the part that fits in the profile's
+    cache (if it has one) at cache bandwidth, the rest at HBM bandwidth."""
+    mem = p.memory
+    cached = min(nbytes, mem.cache_bytes) if mem.cache_bw_bytes_per_s else 0.0
+    time_s = (nbytes - cached) / mem.hbm_bw_bytes_per_s
+    return time_s + cached / mem.cache_bw_bytes_per_s if cached else time_s
 
 
 def vector_cost(
@@ -140,14 +170,18 @@ def kernel_estimate(
     flops: float,
     hbm_bytes: float,
     compute_bound: str,
+    inputs: int = 1,
+    outputs: int = 1,
 ) -> Estimate:
-    """One kernel: compute overlaps its HBM traffic; the launch overhead is paid on top."""
+    """One kernel: compute overlaps its HBM traffic; the launch overhead is paid on top, and so is
+    the set-up of each input and output buffer beyond the first of each (the launch covers those)."""
     if compute_bound not in BOUNDS:
         raise ValueError(f"compute_bound must be one of {BOUNDS}, got {compute_bound!r}")
     if min(compute_time_s, compute_energy_j, flops, hbm_bytes) < 0:
         raise ValueError("kernel times, energies, flops and bytes must be >= 0")
-    hbm_time_s = hbm_bytes / p.memory.hbm_bw_bytes_per_s
-    launch_s = p.kernel.launch_overhead_s
+    hbm_time_s = memory_time(p, hbm_bytes)
+    k = p.kernel
+    launch_s = k.launch_overhead_s + max(0, inputs - 1) * k.input_overhead_s + max(0, outputs - 1) * k.output_overhead_s
     if launch_s > compute_time_s and launch_s > hbm_time_s:
         bound = "launch"
     elif hbm_time_s > compute_time_s:

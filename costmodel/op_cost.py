@@ -9,7 +9,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from costmodel.formulas import dtype_bytes, gemm_cost, kernel_estimate, vector_cost
+from costmodel.formulas import (
+    conv_cost,
+    dtype_bytes,
+    gemm_cost,
+    kernel_estimate,
+    loop_cost,
+    memory_time,
+    vector_cost,
+)
 from costmodel.profile import HardwareProfile
 
 Aval = tuple[tuple[int, ...], str]  # (shape, dtype)
@@ -27,6 +35,8 @@ VECTOR_OPS = frozenset(
     "reduce_min reduce_prod argmax argmin clamp round cumsum cumprod cummax cummin cumlogsumexp "
     "reduce_precision iota".split())
 GEMM_OPS = frozenset(["dot_general", "conv_general_dilated"])
+# Control flow with nested wire programs in params, priced from their bodies.
+LOOP_OPS = frozenset(["scan", "while", "cond"])
 # Idioms run as one fused vector kernel: per element, the ops of their decomposition, but one pass
 # over SRAM (attention adds its two batched GEMMs).
 IDIOMS: dict[str, dict[str, float]] = {
@@ -82,9 +92,16 @@ def op_cost(p: HardwareProfile, op: str, params: dict[str, Any], ins: list[Aval]
             m, k, n, batch = gemm_dims(op, params, ins, out)
         except (KeyError, TypeError, IndexError, ValueError):
             return _host(p, ins, out)  # unusual params: price it like an opaque op
-        # Weight-stationary either way round: the compiler programs whichever operand pays less.
-        g = min((gemm_cost(p, m, k, n, batch), gemm_cost(p, n, k, m, batch)), key=lambda c: c.time_s)
+        if op == "conv_general_dilated":
+            g = conv_cost(p, m, k, n, batch)
+        else:  # weight-stationary either way round: the compiler programs whichever operand pays less
+            g = min((gemm_cost(p, m, k, n, batch), gemm_cost(p, n, k, m, batch)), key=lambda c: c.time_s)
         return OpCost("gemm", g.time_s, g.energy_j, g.flops, g.bound, g.tiling())
+    if op in LOOP_OPS:
+        try:
+            return _loop_cost(p, op, params)
+        except (KeyError, TypeError, IndexError, ValueError):
+            return _host(p, ins, out)  # a body we cannot read: price the traffic alone
     if op in IDIOMS:
         return _idiom_cost(p, op, ins, out)
     if op in FREE_OPS:
@@ -126,5 +143,41 @@ def standalone_time(p: HardwareProfile, op: str, params: dict[str, Any], ins: li
 def _host(p: HardwareProfile, ins: list[Aval], out: Aval) -> OpCost:
     """An op the model does not know runs on the host: priced by its HBM traffic alone."""
     moved = sum(nbytes(a) for a in ins) + nbytes(out)
-    return OpCost("host", moved / p.memory.hbm_bw_bytes_per_s, moved * p.memory.hbm_energy_per_byte_j,
-                  0.0, "memory")
+    return OpCost("host", memory_time(p, moved), moved * p.memory.hbm_energy_per_byte_j, 0.0, "memory")
+
+
+def program_cost(p: HardwareProfile, program: dict[str, Any]) -> OpCost:
+    """A nested wire program's equations run back to back, compute only: a loop body's values stay
+    on chip between its ops (the loop's kernel pays its own boundary traffic once)."""
+    avals = {s["name"]: (tuple(s["shape"]), s["dtype"]) for s in [*program["inputs"], *program.get("consts", [])]}
+    parts = []
+    for eqn in program["eqns"]:
+        avals.update((o["name"], (tuple(o["shape"]), o["dtype"])) for o in eqn["out"])
+        ins = [avals[a] if isinstance(a, str) else ((), a["dtype"]) for a in eqn["in"]]
+        outs = eqn["out"]  # several outputs are priced as one array of their total size
+        out = (tuple(outs[0]["shape"]), outs[0]["dtype"]) if len(outs) == 1 else \
+            ((sum(math.prod(o["shape"]) for o in outs),), outs[0]["dtype"])
+        parts.append(op_cost(p, eqn["op"], eqn.get("params") or {}, ins, out))
+    bound = max(parts, key=lambda c: c.time_s).bound if parts else "vector"
+    return OpCost("host", sum(c.time_s for c in parts), sum(c.energy_j for c in parts),
+                  sum(c.flops for c in parts), bound)
+
+
+def _loop_cost(p: HardwareProfile, op: str, params: dict[str, Any]) -> OpCost:
+    """scan: its body times its length. cond: the dearest branch (the predicate is data). while: the
+    trip count is data, so one trip of condition and body is priced, a lower bound."""
+    if op == "cond":
+        body, trips = max((program_cost(p, b["program"]) for b in params["branches"]),
+                          key=lambda c: c.time_s), 1
+        time_s = body.time_s
+    else:
+        if op == "scan":
+            body, trips = program_cost(p, params["jaxpr"]["program"]), int(params["length"])
+        else:
+            parts = [program_cost(p, params[k]["program"]) for k in ("cond_jaxpr", "body_jaxpr")]
+            body = OpCost("host", sum(c.time_s for c in parts), sum(c.energy_j for c in parts),
+                          sum(c.flops for c in parts), max(parts, key=lambda c: c.time_s).bound)
+            trips = 1
+        time_s = loop_cost(p, body.time_s, trips)
+    # The operands and results cross HBM once; the kernel holding the loop prices that traffic.
+    return OpCost("host", time_s, body.energy_j * trips, body.flops * trips, body.bound)

@@ -11,7 +11,14 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 PROFILES_DIR = Path(__file__).parent / "profiles"
 
@@ -71,6 +78,12 @@ class GemmUnit(_Section):
     adc_energy_j: NonNegative  # per output conversion
     weight_cell_energy_j: NonNegative  # per weight cell programmed
     laser_power_w: NonNegative  # drawn while the cores run
+    # Optional terms, zero/absent on hardware without them (so older profiles stay valid):
+    call_overhead_s: NonNegative = 0.0  # fixed time per GEMM op (a CPU's GEMM library call)
+    conv_overhead_s: NonNegative = 0.0  # fixed time per convolution op (its setup on a CPU)
+    # Output positions per second a convolution's patch gather (im2col) sustains: it bounds a
+    # convolution with few features; None: the gather is free (the implicit GEMM streams patches).
+    conv_positions_per_s: Positive | None = None
 
 
 class VectorUnit(_Section):
@@ -103,10 +116,26 @@ class MemorySystem(_Section):
     sram_energy_per_byte_j: NonNegative
     hbm_bw_bytes_per_s: Positive
     hbm_energy_per_byte_j: NonNegative
+    # Optional cache in front of HBM (a CPU's last-level cache): the first cache_bytes of a kernel's
+    # boundary traffic move at cache_bw_bytes_per_s, the rest at HBM speed. 0: no such cache.
+    cache_bytes: NonNegative = 0.0
+    cache_bw_bytes_per_s: Annotated[float | None, Field(gt=0, validate_default=True)] = None
+
+    @field_validator("cache_bw_bytes_per_s")
+    @classmethod
+    def _cache_has_bandwidth(cls, bw: float | None, info: ValidationInfo) -> float | None:
+        if bw is None and info.data.get("cache_bytes", 0) > 0:
+            raise ValueError("required when cache_bytes > 0")
+        return bw
 
 
 class KernelParams(_Section):
     launch_overhead_s: NonNegative
+    loop_iteration_s: NonNegative = 0.0  # control cost of one scan/while iteration (optional)
+    # Per buffer beyond the one input and one output that launch_overhead_s covers (optional):
+    # setting up each further transfer (a DMA descriptor; on a CPU, handing over or allocating it).
+    input_overhead_s: NonNegative = 0.0
+    output_overhead_s: NonNegative = 0.0
 
 
 class HardwareProfile(_Section):

@@ -1,15 +1,29 @@
-"""`optu calibrate`: a tiny-budget run measures plausible rates and writes a profile that loads."""
+"""`optu calibrate`: a tiny-budget run measures plausible rates and writes a profile that loads;
+the rates derive from probe times as slopes (checked on made-up times), and timing interleaves."""
 from __future__ import annotations
 
 import tomllib
 
-from costmodel.calibrate import TILE, calibrate, write_cpu_host_profile
+import pytest
+
+from costmodel import calibrate as cal
+from costmodel.calibrate import (
+    TILE,
+    calibrate,
+    derive,
+    time_probes,
+    write_cpu_host_profile,
+)
 from costmodel.profile import PROFILES_DIR, load_profile
 
 
-def test_tiny_calibration_writes_a_loadable_plausible_profile(tmp_path):
+@pytest.fixture(scope="module")
+def measured():
+    return calibrate(seconds_budget=1.0)
+
+
+def test_tiny_calibration_writes_a_loadable_plausible_profile(measured, tmp_path):
     shipped = (PROFILES_DIR / "cpu-host.toml").read_bytes()
-    measured = calibrate(seconds_budget=1.0)
     path = write_cpu_host_profile(measured, tmp_path / "cpu-host.toml")
     profile = load_profile(str(path))
     assert (PROFILES_DIR / "cpu-host.toml").read_bytes() == shipped  # tests never overwrite it
@@ -26,16 +40,82 @@ def test_tiny_calibration_writes_a_loadable_plausible_profile(tmp_path):
     assert profile.vector.weight("exp") > profile.vector.weight("add")  # a transcendental costs more
 
 
-def test_every_number_in_the_written_profile_is_commented(tmp_path):
-    path = write_cpu_host_profile(calibrate(seconds_budget=0.5), tmp_path / "p.toml")
+def test_calibration_writes_the_optional_terms(measured, tmp_path):
+    profile = load_profile(str(write_cpu_host_profile(measured, tmp_path / "p.toml")))
+    assert profile.memory.cache_bytes > 0 and profile.memory.cache_bw_bytes_per_s > 0
+    assert profile.gemm.conv_positions_per_s > 0
+    assert profile.gemm.call_overhead_s < 1e-3 and profile.gemm.conv_overhead_s < 1e-3
+    k = profile.kernel
+    assert 0 <= k.loop_iteration_s < 1e-3 and 0 <= k.input_overhead_s < 1e-3 and 0 <= k.output_overhead_s < 1e-3
+    assert measured["xla_flags"] == cal.MEASUREMENT_XLA_FLAGS
+
+
+def test_every_number_in_the_written_profile_is_commented(measured, tmp_path):
+    path = write_cpu_host_profile(measured, tmp_path / "p.toml")
     text = path.read_text()
     tomllib.loads(text)
     assignments = [line for line in text.splitlines() if "=" in line and not line.startswith("#")
                    and not line.startswith(("name", "description"))]
     assert assignments and all("#" in line for line in assignments)
-    assert sum("measured by optu calibrate on" in line for line in assignments) >= 6
+    assert sum("measured by optu calibrate on" in line for line in assignments) >= 12
 
 
 def test_the_shipped_cpu_host_profile_is_calibrated():
     assert "measured by optu calibrate" in (PROFILES_DIR / "cpu-host.toml").read_text()
     assert load_profile("cpu-host").gemm.cores == 1
+
+
+def _made_up_times() -> dict[str, float]:
+    """Probe times of a machine with known rates: 1e11 flop/s GEMMs, 1e10 flop/s vector unit, etc."""
+    call = 5e-6
+    t = {"call": call}
+    t.update({f"matmul{n}": call + 2.0 * n**3 / 1e11 for n in cal.MATMUL_SIZES})
+    clock = 1e11 / (2 * TILE * TILE)
+    t.update({f"gemm_chain{n}": call + n * (1e-6 + 8 / clock) for n in cal.GEMM_CHAIN})
+    per_step = {"fma": 2 / 1e10, **{op: 10 / 1e10 for op in cal.TRANSCENDENTALS}}  # weight 10 each
+    t.update({f"{op}{n}": call + n * cal.VECTOR_ELEMENTS * s for op, s in per_step.items() for n in cal.CHAINS})
+    t["row_scale"] = call + cal.REDUCE_ELEMENTS / 1e10
+    t["row_sum"] = t["row_scale"] + cal.REDUCE_ELEMENTS / 1e10  # one more op per element: weight 2
+    t.update({f"add{n}": call + 12 * n / 5e10 for n in cal.L2_ELEMENTS})
+    t.update({f"add{n}": call + 12 * n / 2e10 for n in cal.LLC_ELEMENTS})
+    t[f"add{cal.DRAM_ELEMENTS}"] = call + 12 * cal.DRAM_ELEMENTS / 4e9
+    t.update({f"conv{s}x{f}": call + 2 * s * s / 1e7 for s in cal.CONV_SIZES for f in cal.CONV_FEATURES})
+    t["conv_tiny"] = call + 2e-6
+    t.update({f"scan{n}": call + n * (5e-8 + 4 * 32 * 2 / 1e10) for n in cal.LOOP_TRIPS})
+    t.update({f"inputs{n}": call + n * 3e-7 for n in cal.BUFFERS})
+    t.update({f"outputs{n}": call + n * 1e-6 for n in cal.BUFFERS})
+    return t
+
+
+def test_derive_recovers_the_rates_behind_the_probe_times():
+    d = derive(_made_up_times())
+    assert d["matmul"]["flops_per_s"] == pytest.approx(1e11)
+    assert d["matmul"]["call_overhead_s"] == pytest.approx(1e-6)
+    assert d["vector"]["flops_per_s"] == pytest.approx(1e10)
+    weights = d["vector"]["op_weights"]
+    assert weights["exp"] == pytest.approx(10 - 1)  # less the helper negation in each exp step
+    assert weights["tanh"] == pytest.approx(10) and weights["reduce"] == pytest.approx(2)
+    assert d["vector"]["sram_bw_bytes_per_s"] == pytest.approx(5e10)
+    assert d["memory"]["cache_bw_bytes_per_s"] == pytest.approx(2e10)
+    assert d["memory"]["hbm_bw_bytes_per_s"] == pytest.approx(4e9)
+    assert d["conv"]["positions_per_s"] == pytest.approx(1e7)
+    assert d["conv"]["overhead_s"] == pytest.approx(2e-6)
+    assert d["loop"]["iteration_s"] == pytest.approx(5e-8)
+    assert d["overhead"] == pytest.approx({"launch_overhead_s": 5e-6, "inputs_s": 3e-7, "outputs_s": 1e-6})
+
+
+class _FakeProbe:
+    def __init__(self, times: list[float], log: list[str], name: str):
+        self.times, self.log, self.name, self.best = iter(times), log, name, float("inf")
+
+    def run(self, budget_s: float) -> float:
+        self.log.append(self.name)
+        self.best = min(self.best, next(self.times))
+        return self.best
+
+
+def test_time_probes_interleaves_passes_and_keeps_each_probes_best():
+    log: list[str] = []
+    probes = {"a": _FakeProbe([3.0, 1.0, 2.0], log, "a"), "b": _FakeProbe([5.0, 6.0, 4.0], log, "b")}
+    assert time_probes(probes, 1.0, passes=3) == {"a": 1.0, "b": 4.0}
+    assert sorted(log[:2]) == sorted(log[2:4]) == sorted(log[4:]) == ["a", "b"]  # every pass runs both

@@ -8,13 +8,21 @@ from hypothesis import strategies as st
 
 from costmodel.formulas import (
     Estimate,
+    conv_cost,
     dtype_bytes,
     gemm_cost,
     kernel_estimate,
+    loop_cost,
+    memory_time,
     sum_estimates,
     vector_cost,
 )
-from costmodel.profile import HardwareProfile, load_profile, profile_from_dict, with_overrides
+from costmodel.profile import (
+    HardwareProfile,
+    load_profile,
+    profile_from_dict,
+    with_overrides,
+)
 
 # R=4 outputs x C=8 inputs per tile, 2 cores at 1 GHz; T_w = 1 us, half hidden.
 TINY = profile_from_dict(
@@ -240,3 +248,65 @@ def test_gemm_cost_is_monotone_in_m_k_and_n(p, m, k, n, extra):
     _assert_not_cheaper(p, (m, k, n), (m + extra, k, n))
     _assert_not_cheaper(p, (m, k, n), (m, k + extra, n))
     _assert_not_cheaper(p, (m, k, n), (m, k, n + extra))
+
+
+# Optional terms (zero or absent in TINY): a cache in front of HBM, per-buffer and per-GEMM costs,
+# a convolution gather rate and setup, loop iterations.
+EXTRAS = with_overrides(TINY, {
+    "memory.cache_bytes": 1000, "memory.cache_bw_bytes_per_s": 1e12,
+    "kernel.input_overhead_s": 1e-9, "kernel.output_overhead_s": 2e-9, "kernel.loop_iteration_s": 1e-7,
+    "gemm.call_overhead_s": 5e-8, "gemm.conv_overhead_s": 1e-6, "gemm.conv_positions_per_s": 1e6})
+
+
+def test_memory_time_moves_the_cached_part_at_cache_speed_and_the_rest_at_hbm_speed():
+    assert memory_time(EXTRAS, 3000) == pytest.approx(1000 / 1e12 + 2000 / 1e11)
+    assert memory_time(EXTRAS, 500) == pytest.approx(500 / 1e12)
+    assert memory_time(TINY, 3000) == pytest.approx(3000 / 1e11)  # no cache: all at HBM speed
+
+
+def test_kernel_estimate_reads_cached_traffic_at_cache_speed():
+    est = kernel_estimate(EXTRAS, 0.0, 0.0, 0.0, 1000, "vector")
+    assert est.time_s == pytest.approx(1000 / 1e12 + 1e-8)
+
+
+def test_buffers_beyond_one_input_and_one_output_cost_their_overheads():
+    est = kernel_estimate(EXTRAS, 0.0, 0.0, 0.0, 0, "vector", inputs=3, outputs=2)
+    assert est.time_s == pytest.approx(1e-8 + 2 * 1e-9 + 1 * 2e-9)
+    assert kernel_estimate(EXTRAS, 0.0, 0.0, 0.0, 0, "vector").time_s == pytest.approx(1e-8)
+    assert kernel_estimate(EXTRAS, 0.0, 0.0, 0.0, 0, "vector", inputs=0, outputs=0).time_s == pytest.approx(1e-8)
+    assert kernel_estimate(TINY, 0.0, 0.0, 0.0, 0, "vector", inputs=5, outputs=5).time_s == pytest.approx(1e-8)
+
+
+def test_gemm_call_overhead_is_paid_once_per_gemm_and_not_by_an_empty_one():
+    plain, extra = gemm_cost(TINY, 100, 8, 4), gemm_cost(EXTRAS, 100, 8, 4)
+    assert extra.time_s == pytest.approx(plain.time_s + 5e-8)
+    assert gemm_cost(EXTRAS, 0, 8, 4).time_s == 0.0
+
+
+def test_conv_without_gather_terms_costs_the_cheaper_orientation_of_its_gemm():
+    # m=100 rows under one 4x8 tile: 1 x (0.5 us + 100 ns) / 2 cores = 0.3 us; the other way round
+    # needs 25 tiles, 25 x (0.5 us + 4 ns) / 2 = 6.3 us.
+    assert conv_cost(TINY, 100, 8, 4).time_s == pytest.approx(0.3e-6)
+    assert conv_cost(TINY, 100, 8, 4).time_s == gemm_cost(TINY, 100, 8, 4).time_s
+
+
+def test_conv_with_few_features_is_bound_by_its_patch_gather():
+    # 100 positions at 1e6 per second: 100 us against a 0.3 us GEMM; plus the 1 us conv setup.
+    c = conv_cost(EXTRAS, 100, 8, 4)
+    assert c.time_s == pytest.approx(100e-6 + 1e-6)
+    # the laser stays on for the whole conv, not only the GEMM's 0.3 us
+    assert c.energy_j == pytest.approx(conv_cost(TINY, 100, 8, 4).energy_j
+                                       + TINY.gemm.laser_power_w * (c.time_s - 0.3e-6))
+
+
+def test_conv_with_many_features_is_bound_by_its_gemm():
+    fast_gather = with_overrides(EXTRAS, {"gemm.conv_positions_per_s": 1e12})
+    assert conv_cost(fast_gather, 100, 8, 4).time_s == pytest.approx(0.3e-6 + 1e-6)
+
+
+def test_loop_costs_its_body_and_the_iteration_overhead_per_trip():
+    assert loop_cost(EXTRAS, 1e-6, 8) == pytest.approx(8 * (1e-6 + 1e-7))
+    assert loop_cost(TINY, 1e-6, 8) == pytest.approx(8e-6)
+    assert loop_cost(EXTRAS, 1e-6, 0) == 0.0
+    with pytest.raises(ValueError):
+        loop_cost(EXTRAS, 1e-6, -1)

@@ -171,3 +171,31 @@ def test_overrides_reject_replacing_a_whole_section():
 def test_overrides_are_validated():
     with pytest.raises(ProfileError, match=r"'gemm\.cores'"):
         with_overrides(load_profile("optu-v1"), {"gemm.cores": 0})
+
+
+def test_optional_terms_default_to_off_so_older_profiles_load_unchanged():
+    p = profile_from_dict(_shipped_dict("optu-v1"))
+    assert p.memory.cache_bytes == 0 and p.memory.cache_bw_bytes_per_s is None
+    assert p.gemm.call_overhead_s == p.gemm.conv_overhead_s == 0 and p.gemm.conv_positions_per_s is None
+    k = p.kernel
+    assert k.loop_iteration_s == k.input_overhead_s == k.output_overhead_s == 0
+
+
+def test_the_calibrated_cpu_profile_sets_every_optional_term():
+    p = load_profile("cpu-host")
+    assert p.memory.cache_bytes > 0 and p.memory.cache_bw_bytes_per_s > p.memory.hbm_bw_bytes_per_s
+    assert p.gemm.conv_positions_per_s > 0 and p.kernel.output_overhead_s > 0
+
+
+def test_a_cache_without_its_bandwidth_names_the_missing_field():
+    with pytest.raises(ProfileError) as info:
+        with_overrides(load_profile("optu-v1"), {"memory.cache_bytes": 1e6})
+    assert info.value.field == "memory.cache_bw_bytes_per_s"
+    cached = with_overrides(load_profile("optu-v1"),
+                            {"memory.cache_bytes": 1e6, "memory.cache_bw_bytes_per_s": 2e12})
+    assert cached.memory.cache_bw_bytes_per_s == 2e12
+
+
+def test_a_zero_gather_rate_is_rejected_rather_than_divided_by():
+    with pytest.raises(ProfileError, match=r"'gemm\.conv_positions_per_s'"):
+        with_overrides(load_profile("optu-v1"), {"gemm.conv_positions_per_s": 0})
