@@ -22,6 +22,8 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench.run
+	$(PY) -m bench.scaling
+	$(PY) -m bench.cpu_speed
 	$(PY) -m bench.calibration
 	$(PY) -m bench.load
 

@@ -165,6 +165,48 @@ def matmul_chain(n: int) -> Workload:
     return fn, tuple(_normal(rng, a, b, scale=1 / np.sqrt(a)) for a, b in zip(dims, dims[1:])), ()
 
 
+
+
+def lstm_scan(steps: int = 32, batch: int = 16, n_in: int = 256, n_hid: int = 512) -> Workload:
+    """An LSTM layer as `lax.scan` over time (the loop stays a loop: the body is optimized once)."""
+    rng = np.random.default_rng(25)
+
+    def fn(xs, w_x, w_h, b):
+        def cell(carry, x):
+            h, c = carry
+            i, f, g, o = jnp.split(x @ w_x + h @ w_h + b, 4, axis=-1)
+            c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+            h = jax.nn.sigmoid(o) * jnp.tanh(c)
+            return (h, c), h
+
+        zeros = jnp.zeros((batch, n_hid), jnp.float32)
+        (h, c), hs = lax.scan(cell, (zeros, zeros), xs)
+        return hs, h, c
+
+    return fn, (_normal(rng, steps, batch, n_in), _normal(rng, n_in, 4 * n_hid, scale=1 / np.sqrt(n_in)),
+                _normal(rng, n_hid, 4 * n_hid, scale=1 / np.sqrt(n_hid)), np.zeros(4 * n_hid, np.float32)), (1, 2, 3)
+
+
+def mlp_train_step(batch: int = 128, dims: tuple[int, ...] = (784, 1024, 1024, 10)) -> Workload:
+    """One SGD step of an MLP classifier: forward, softmax cross-entropy, backward, update."""
+    rng = np.random.default_rng(26)
+
+    def loss(params, x, y):
+        h = x
+        for w, b in params[:-1]:
+            h = jax.nn.relu(h @ w + b)
+        logits = h @ params[-1][0] + params[-1][1]
+        return -jnp.mean(jnp.sum(jax.nn.log_softmax(logits) * y, axis=-1))
+
+    def fn(params, x, y):
+        value, grads = jax.value_and_grad(loss)(params, x, y)
+        return jax.tree_util.tree_map(lambda p, g: p - 0.01 * g, params, grads), value
+
+    params = [(_normal(rng, a, b, scale=1 / np.sqrt(a)), np.zeros(b, np.float32)) for a, b in zip(dims, dims[1:])]
+    labels = np.eye(dims[-1], dtype=np.float32)[rng.integers(0, dims[-1], batch)]
+    return fn, (params, _normal(rng, batch, dims[0]), labels), (0,)
+
+
 LARGE: dict[str, Callable[[], Workload]] = {
     "bert_1_layer": lambda: bert_encoder(1),
     "bert_12_layers": lambda: bert_encoder(12),
@@ -173,6 +215,8 @@ LARGE: dict[str, Callable[[], Workload]] = {
     "mlp_mixer_block": mlp_mixer_block,
     "nasrnn": nasrnn,
     "resnext_block": resnext_block,
+    "lstm_scan_large": lstm_scan,
+    "mlp_train_step_large": mlp_train_step,
     "matmul_chain_12": lambda: matmul_chain(12),
     "matmul_chain_80": lambda: matmul_chain(80),
 }

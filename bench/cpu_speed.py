@@ -1,0 +1,140 @@
+"""`python -m bench.cpu_speed`: real speed on this CPU, optimized vs original, both under jax.jit.
+
+Each model is optimized for the `cpu-host` profile; the original and the optimized wire program
+are jitted in the same process and fed the model's own example inputs. After warm-up (compile plus
+one run each), calls alternate original/optimized in ABBA order, so drift (other processes, CPU
+frequency) hits both alike; the ratio is median(original) / median(optimized), > 1 meaning the
+optimized program is faster. XLA is the baseline users already have. Writes
+bench/results/cpu_speed.json and the README table between `<!-- cpu_speed:begin/end -->`.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import jax
+
+from bench.models.registry import MODELS, build
+from bench.report import RESULTS_DIR, fmt_ratio, fmt_time, geomean, machine, machine_line, update_readme, write_json
+from lowering.to_jax import program_to_callable
+from lowering.validate import output_error
+from service.capture import capture
+from service.pipeline import optimize
+
+RESULTS = RESULTS_DIR / "cpu_speed.json"
+HARDWARE = "cpu-host"
+NOISE = 1.05  # issue 7: never slower than the original beyond this
+
+
+def _timed(fn: Callable, args: Sequence[Any]) -> float:
+    start = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    return time.perf_counter() - start
+
+
+def interleaved_medians(first: Callable, second: Callable, args: Sequence[Any], budget_s: float,
+                        min_reps: int = 5, max_reps: int = 2001) -> dict[str, Any]:
+    """Warm both up, then time them alternately (ABBA) for about `budget_s`; medians and spread."""
+    compile_s = [_timed(first, args), _timed(second, args)]  # the first call compiles
+    probe = _timed(first, args) + _timed(second, args)
+    reps = max(min_reps, min(max_reps, int(budget_s / max(probe, 1e-9))))
+    times: tuple[list[float], list[float]] = ([], [])
+    for i in range(reps):
+        order = ((0, first), (1, second)) if i % 2 == 0 else ((1, second), (0, first))
+        for slot, fn in order:
+            times[slot].append(_timed(fn, args))
+
+    def spread(xs: list[float]) -> dict[str, float]:
+        q = statistics.quantiles(xs, n=4)
+        return {"median_s": statistics.median(xs), "p25_s": q[0], "p75_s": q[2], "min_s": min(xs)}
+
+    return {"reps": reps, "compile_and_first_run_s": compile_s, "first": spread(times[0]),
+            "second": spread(times[1])}
+
+
+def speed_model(name: str, budget_s: float = 2.0) -> dict[str, Any]:
+    fn, args, weights = build(name)
+    program = capture(fn, *args, weight_argnums=weights)
+    start = time.perf_counter()
+    response = optimize(program, HARDWARE)
+    optimize_s = time.perf_counter() - start
+    flat = [jax.device_put(a) for a in jax.tree_util.tree_leaves(args)]
+    original = jax.jit(program_to_callable(program))
+    optimized = jax.jit(program_to_callable(response["program"]))
+    stats = interleaved_medians(original, optimized, flat, budget_s)
+    # The same inputs through both: a sanity check on the example data, not the validation.
+    agreement = max((output_error(a, b) for a, b in zip(original(*flat), optimized(*flat))), default=0.0)
+    ratio = stats["first"]["median_s"] / stats["second"]["median_s"]
+    est = response["estimate"]
+    return {"model": name, "same_program": response["program"] == program, "optimize_wall_s": optimize_s,
+            "validation": response["validation"]["status"], "max_rel_error_example_inputs": agreement,
+            "original": stats["first"], "optimized": stats["second"], "reps": stats["reps"],
+            "compile_and_first_run_s": stats["compile_and_first_run_s"], "speedup_measured": ratio,
+            "slower_beyond_noise": ratio < 1 / NOISE,
+            "estimate": {"baseline_s": est["baseline"]["time_s"], "optimized_s": est["optimized"]["time_s"],
+                         "speedup": est["speedup_vs_baseline"]}}
+
+
+def speed_safely(name: str, budget_s: float) -> dict[str, Any]:
+    try:
+        return speed_model(name, budget_s)
+    except Exception as err:  # noqa: BLE001 - reported, the other models still run
+        return {"model": name, "error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    ok = [r for r in rows if "error" not in r]
+    return {"models": len(rows), "errors": len(rows) - len(ok),
+            "geomean_speedup_measured": geomean(r["speedup_measured"] for r in ok),
+            "slower_beyond_noise": [r["model"] for r in ok if r["slower_beyond_noise"]],
+            "unchanged": [r["model"] for r in ok if r["same_program"]]}
+
+
+def table(rows: list[dict[str, Any]], meta: dict[str, Any], summary: dict[str, Any]) -> str:
+    lines = [f"Measured under `jax.jit` on {machine_line(meta)}; optimized for `{HARDWARE}`. Median of "
+             "interleaved runs after warm-up; ratio > 1 means the optimized program is faster. Regenerate "
+             "with `python -m bench.cpu_speed`.", "",
+             f"Geometric-mean measured speedup: **{fmt_ratio(summary['geomean_speedup_measured'])}**; slower than "
+             f"the original beyond {NOISE}x noise: {', '.join(summary['slower_beyond_noise']) or 'none'}; "
+             f"returned unchanged: {', '.join(summary['unchanged']) or 'none'}.", "",
+             "| model | original (median, p25-p75) | optimized (median, p25-p75) | measured | estimated (cpu-host) "
+             "| runs | validation |", "|---|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['model']} | error: {r['error'][:80]} | | | | | |")
+            continue
+        o, p = r["original"], r["optimized"]
+        lines.append(f"| {r['model']}{' (unchanged)' if r['same_program'] else ''} | {fmt_time(o['median_s'])} "
+                     f"({fmt_time(o['p25_s'])}-{fmt_time(o['p75_s'])}) | {fmt_time(p['median_s'])} "
+                     f"({fmt_time(p['p25_s'])}-{fmt_time(p['p75_s'])}) | **{fmt_ratio(r['speedup_measured'])}** | "
+                     f"{fmt_ratio(r['estimate']['speedup'])} | {r['reps']} | {r['validation']} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="*", default=list(MODELS))
+    parser.add_argument("--budget", type=float, default=2.0, help="seconds of timed runs per model")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--no-readme", action="store_true")
+    args = parser.parse_args(argv)
+    rows = []
+    for name in args.models:
+        rows.append(speed_safely(name, args.budget))
+        r = rows[-1]
+        print(f"{name}: " + (r["error"] if "error" in r else f"{r['speedup_measured']:.2f}x measured"), flush=True)
+    meta, summary = machine(), summarize(rows)
+    write_json(args.out, {"hardware": HARDWARE, "machine": meta, "summary": summary, "models": rows})
+    text = table(rows, meta, summary)
+    print(text)
+    if not args.no_readme:
+        update_readme(text, "<!-- cpu_speed:begin -->", "<!-- cpu_speed:end -->")
+    return {"summary": summary, "models": rows}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+"""Shared output helpers for the benchmark scripts: machine description, results JSON, README
+tables between marker comments, and number formatting."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Iterable
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS_DIR = ROOT / "bench" / "results"
+README = ROOT / "README.md"
+ANCHOR = "<!-- bench:end -->"  # new marker pairs are inserted after the main table
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "n/a"
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                             timeout=5)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        return out.stdout.strip() + ("+dirty" if dirty else "") if out.returncode == 0 else "n/a"
+    except (OSError, subprocess.SubprocessError):
+        return "n/a"
+
+
+def machine() -> dict[str, Any]:
+    """Where and with what the numbers were measured (timings mean nothing without it)."""
+    from service.pipeline import VERSION
+    return {"python": platform.python_version(), "machine": platform.machine(), "processor": _cpu_model(),
+            "cpus": os.cpu_count(), "system": f"{platform.system()} {platform.release()}",
+            "jax": _version("jax"), "jaxlib": _version("jaxlib"), "egglog": _version("egglog"),
+            "numpy": _version("numpy"), "scipy": _version("scipy"), "optu_eqsat": VERSION,
+            "commit": _git_commit()}
+
+
+def machine_line(meta: dict[str, Any]) -> str:
+    return (f"{meta['processor']} ({meta['cpus']} CPUs, {meta['machine']}), Python {meta['python']}, "
+            f"jax {meta['jax']}, egglog {meta['egglog']}, commit {meta['commit']}")
+
+
+def write_json(path: Path, payload: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+
+
+def update_readme(text: str, begin: str = "<!-- bench:begin -->", end: str = "<!-- bench:end -->",
+                  readme: Path = README) -> None:
+    """Replace the text between two marker comments; a missing pair is added after the main table."""
+    content = readme.read_text()
+    if begin not in content or end not in content:
+        if ANCHOR not in content:
+            return
+        head, tail = content.split(ANCHOR, 1)
+        content = f"{head}{ANCHOR}\n\n{begin}\n{end}{tail}"
+    head, rest = content.split(begin, 1)
+    readme.write_text(f"{head}{begin}\n{text}\n{end}{rest.split(end, 1)[1]}")
+
+
+def geomean(values: Iterable[float]) -> float | None:
+    vals = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
+    return math.exp(sum(map(math.log, vals)) / len(vals)) if vals else None
+
+
+def fmt_time(seconds: float | None) -> str:
+    if seconds is None:
+        return "n/a"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if abs(seconds) >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds * 1e9:.3g} ns"
+
+
+def fmt_energy(joules: float | None) -> str:
+    if joules is None:
+        return "n/a"
+    for unit, scale in (("J", 1.0), ("mJ", 1e-3), ("uJ", 1e-6)):
+        if abs(joules) >= scale:
+            return f"{joules / scale:.3g} {unit}"
+    return f"{joules * 1e9:.3g} nJ"
+
+
+def fmt_bytes(n: float | None) -> str:
+    if n is None:
+        return "n/a"
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{int(n)} B"
+
+
+def fmt_ratio(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}x"
