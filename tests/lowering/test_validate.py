@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import jax.numpy as jnp
 import numpy as np
@@ -15,10 +16,17 @@ def _program():
     return capture(lambda a, b: jnp.tanh(a) + b, x, x)
 
 
-def test_identical_programs_pass_with_zero_error():
+def test_identical_programs_pass_with_zero_error_without_running():
     program = _program()
     result = validate(program, copy.deepcopy(program), "exact")
-    assert result == {**result, "status": "passed", "max_rel_error": 0.0, "trials": 2}
+    assert result == {**result, "status": "passed", "max_rel_error": 0.0, "criterion": "identical", "trials": 0}
+
+
+def test_renamed_and_reordered_programs_are_identical():
+    program = _program()
+    renamed = json.loads(json.dumps(program).replace('"v', '"renamed_v'))
+    renamed["eqns"][0]["params"] = {**renamed["eqns"][0]["params"], "unused_default": None}
+    assert validate(program, renamed)["criterion"] == "identical"
 
 
 def test_a_wrong_program_fails():
@@ -70,3 +78,71 @@ def test_float64_reference_still_catches_a_wrong_program():
     wrong["eqns"][-1]["op"] = "sub"
     result = validate(program, wrong)
     assert result["criterion"] == "float64_reference" and result["status"] == "failed"
+
+
+def _stack(merged: bool, layers: int = 3, order=(0, 1, 2)):
+    """`layers` blocks, each three projections of one input (merged into one matmul when asked)
+    followed by the same downstream work: the shape of the optimizer's same-input merges."""
+    def fn(x, *ws):
+        for layer in range(layers):
+            wq, wk, wv = ws[3 * layer:3 * layer + 3]
+            if merged:
+                both = x @ jnp.concatenate([wq, wk, wv], axis=1)
+                parts = [both[:, 16 * i:16 * (i + 1)] for i in range(3)]
+                q, k, v = (parts[i] for i in order)
+            else:
+                q, k, v = x @ wq, x @ wk, x @ wv
+            x = jnp.tanh(q * k + v) @ ws[3 * layer]
+        return x
+
+    rng = np.random.default_rng(0)
+    args = [rng.normal(size=(8, 16)).astype(np.float32)] + \
+        [rng.normal(size=(16, 16)).astype(np.float32) for _ in range(3 * layers)]
+    return capture(fn, *args)
+
+
+def test_only_the_rewritten_regions_run_once_per_distinct_region():
+    result = validate(_stack(False), _stack(True))
+    assert result["status"] == "passed" and result["criterion"] == "regions"
+    assert result["regions"] == 3 and result["distinct_regions"] == 1
+    assert result["region_share"] < 0.6
+
+
+def test_a_wrong_region_fails_the_program():
+    result = validate(_stack(False), _stack(True, order=(2, 1, 0)))  # q and v swapped in every layer
+    assert result["status"] == "failed" and result["criterion"] != "regions"
+
+
+def test_regions_find_a_wrong_weight_a_whole_run_would_barely_see():
+    from lowering.validate import find_regions
+    program = _stack(False)
+    wrong = copy.deepcopy(program)
+    last = [e for e in wrong["eqns"] if e["op"] == "dot_general"][-1]
+    last["in"] = [last["in"][0], wrong["inputs"][1]["name"]]  # the last layer reuses the first's weight
+    plan = find_regions(program, wrong)
+    assert plan is not None and plan.regions
+    assert validate(program, wrong)["status"] == "failed"
+
+
+def test_inputs_are_standard_normal_unless_scaled_by_fan_in():
+    from lowering.validate import random_inputs
+    program = _stack(False, layers=1)
+    plain, scaled = random_inputs(program, 0), random_inputs(program, 0, scaled=True)
+    assert np.array_equal(plain[0], scaled[0])  # x is a left operand: never scaled
+    assert np.allclose(scaled[1], plain[1] / 4.0)  # a right operand contracting 16 values
+
+
+def test_a_chain_that_overflows_on_standard_normal_inputs_gets_a_scaled_trial():
+    def chain(transposed_at):
+        def fn(*ms):
+            out = ms[0]
+            for k, m in enumerate(ms[1:]):
+                out = out @ (m.T if k == transposed_at else m)
+            return out
+        return fn
+
+    ms = [np.ones((32, 32), np.float32)] * 60  # 32^60 overflows float32
+    program, wrong = capture(chain(None), *ms), capture(chain(30), *ms)
+    assert validate(program, copy.deepcopy(program), "exact")["criterion"] == "identical"
+    result = validate(program, wrong)
+    assert result["status"] == "failed" and result["trials"] == 3
