@@ -446,5 +446,7 @@ def region_validate(original: dict[str, Any], optimized: dict[str, Any], plan: R
         for refs, results in run(*random_inputs(original, seed + trial, scaled=True)):
             for ref, res in zip(refs, results):
                 comparison.check(ref, res, None)  # no float64 here: doubt goes to the whole run
-    return comparison.result(trials, criterion="regions", regions=len(plan.regions),
+        if comparison.failed:
+            break  # the whole run decides; more region trials would not change that
+    return comparison.result(trial + 1, criterion="regions", regions=len(plan.regions),
                              distinct_regions=len(by_signature), region_share=round(plan.share, 4))
