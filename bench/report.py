@@ -14,7 +14,8 @@ from typing import Any, Iterable
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "bench" / "results"
 README = ROOT / "README.md"
-ANCHOR = "<!-- bench:end -->"  # new marker pairs are inserted after the main table
+# A missing marker pair goes after the last of these present: tables appear in `make bench` order.
+ANCHORS = ("<!-- cpu_speed:end -->", "<!-- scaling:end -->", "<!-- bench:end -->")
 
 
 def _version(dist: str) -> str:
@@ -67,13 +68,15 @@ def write_json(path: Path, payload: dict[str, Any]) -> None:
 
 def update_readme(text: str, begin: str = "<!-- bench:begin -->", end: str = "<!-- bench:end -->",
                   readme: Path = README) -> None:
-    """Replace the text between two marker comments; a missing pair is added after the main table."""
+    """Replace the text between two marker comments; a missing pair is added after the benchmark
+    tables already there (`ANCHORS`)."""
     content = readme.read_text()
     if begin not in content or end not in content:
-        if ANCHOR not in content:
+        anchor = next((a for a in ANCHORS if a in content), None)
+        if anchor is None:
             return
-        head, tail = content.split(ANCHOR, 1)
-        content = f"{head}{ANCHOR}\n\n{begin}\n{end}{tail}"
+        head, tail = content.split(anchor, 1)
+        content = f"{head}{anchor}\n\n{begin}\n{end}{tail}"
     head, rest = content.split(begin, 1)
     readme.write_text(f"{head}{begin}\n{text}\n{end}{rest.split(end, 1)[1]}")
 

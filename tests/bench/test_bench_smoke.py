@@ -73,8 +73,22 @@ def test_cpu_speed_benchmark_measures_both_programs_interleaved(tmp_path):
     assert "error" not in row, row.get("traceback")
     assert row["reps"] >= 5 and row["original"]["median_s"] > 0 and row["optimized"]["median_s"] > 0
     assert row["speedup_measured"] == row["original"]["median_s"] / row["optimized"]["median_s"]
+    assert row["hoisted"]["speedup_measured"] > 0 and row["hoisted"]["reps"] >= 5
     assert row["validation"] == "passed" and row["max_rel_error_example_inputs"] < 1e-4
     assert json.loads(out.read_text())["hardware"] == "cpu-host"
+
+
+def test_hoisting_moves_weight_only_work_out_of_the_per_call_program():
+    from bench.models.registry import capture_model
+    from lowering.to_jax import program_to_callable
+
+    program, args = capture_model("matmul_chain")
+    program["inputs"][0]["role"] = "weight"  # make the whole left part of the chain weight-only
+    precompute, per_call = cpu_speed.hoist_weight_work(program)
+    assert precompute["eqns"] and len(per_call["eqns"]) < len(program["eqns"])
+    ahead = program_to_callable(precompute)(*args)
+    direct, split = program_to_callable(program)(*args), program_to_callable(per_call)(*args, *ahead)
+    assert all(abs(a - b).max() <= 1e-3 * abs(a).max() for a, b in zip(direct, split))
 
 
 def test_readme_tables_are_replaced_between_markers_and_new_pairs_added(tmp_path):
@@ -83,7 +97,9 @@ def test_readme_tables_are_replaced_between_markers_and_new_pairs_added(tmp_path
     update_readme("new table", readme=readme)
     update_readme("scaling v1", "<!-- scaling:begin -->", "<!-- scaling:end -->", readme=readme)
     update_readme("scaling v2", "<!-- scaling:begin -->", "<!-- scaling:end -->", readme=readme)
+    update_readme("speed table", "<!-- cpu_speed:begin -->", "<!-- cpu_speed:end -->", readme=readme)
     text = readme.read_text()
     assert "old" not in text and "new table" in text and "scaling v1" not in text
-    assert text.index("<!-- bench:end -->") < text.index("scaling v2") and text.endswith("tail\n")
+    assert text.index("<!-- bench:end -->") < text.index("scaling v2") < text.index("speed table")
+    assert text.endswith("tail\n")
     assert geomean([1.0, 4.0]) == pytest.approx(2.0) and geomean([]) is None
