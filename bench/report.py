@@ -39,8 +39,10 @@ def _git_commit() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                              timeout=5)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                               capture_output=True, text=True, timeout=5).stdout.strip()
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                                 capture_output=True, text=True, timeout=5).stdout.splitlines()
+        # The benchmarks' own outputs do not make the measured code dirty.
+        dirty = [line for line in changed if not line[3:].startswith(("README.md", "bench/results/"))]
         return out.stdout.strip() + ("+dirty" if dirty else "") if out.returncode == 0 else "n/a"
     except (OSError, subprocess.SubprocessError):
         return "n/a"
