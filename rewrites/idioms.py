@@ -30,11 +30,14 @@ for rank in range(1, 5):
     row_max = Term.broadcast(Term.binary("max", lit(float("-inf")), Term.reduce("reduce_max", x, last_axis(rank), e1), e2),
                              s1, keep, e3)
     numerator = Term.unary("exp", Term.binary("sub", x, row_max, e4), e5)
-    # exp(x - max) / sum(exp(x - max)) -> softmax(x), as jax.nn.softmax emits it (last axis)
+    # exp(x - max) / sum(exp(x - max)) -> softmax(x), as jax.nn.softmax emits it (last axis). No
+    # rank guard needed: broadcasting the rank-1 row max with dims iota(rank - 1) types only when
+    # x has rank `rank`. Guards must not look up functions of x: egglog 13.2 then binds x from
+    # that table without joining its other occurrences (two softmaxes of equal shape were merged;
+    # tests/rewrites/test_twins.py).
     IDIOMS.add("softmax-idiom", "exact",
                rule(eq(outer).to(Term.binary("div", numerator, Term.broadcast(
-                   Term.reduce("reduce_sum", numerator, last_axis(rank), e6), s2, keep, e7), e8)),
-                    eq(s).to(shape(x)), eq(s.length()).to(i64(rank)))
+                   Term.reduce("reduce_sum", numerator, last_axis(rank), e6), s2, keep, e7), e8)))
                .then(union(outer).with_(Term.softmax(x))))
 
     centered = Term.binary("sub", x, Term.binary("div", Term.broadcast(
@@ -42,10 +45,11 @@ for rank in range(1, 5):
     variance = Term.binary("div", Term.broadcast(Term.reduce("reduce_sum", Term.integer_pow(centered, 2),
                                                              last_axis(rank), e5), s1, keep, e6), n_lit, e7)
     # (x - mean) * rsqrt(var + eps) -> layer_norm(x, eps); guard: n is the size of the last axis
+    # (read from the shape of `outer`, which is x's: see the softmax note on lookups of x)
     IDIOMS.add("layer-norm-idiom", "exact",
                rule(eq(outer).to(Term.binary("mul", centered, Term.unary("rsqrt", Term.binary("add", variance, eps, e8),
                                                                          e9), e10)),
-                    eq(s).to(shape(x)), eq(s.length()).to(i64(rank)),
+                    eq(s).to(shape(outer)), eq(s.length()).to(i64(rank)),
                     eq(literal_value(n_lit)).to(f64.from_i64(s[i64(rank - 1)])))
                .then(union(outer).with_(Term.layer_norm(x, eps))))
 
