@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from egglog import EGraph
 
 TERM_PREFIX = "Term."
+BODY_PREFIX = "Body."
 ANALYSES = frozenset(["shape", "dtype", "output", "positive", "literal_value", "slot_lo", "slot_hi"])
 
 
@@ -25,6 +26,39 @@ class ENode:
     eclass: str
     attrs: tuple
     children: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class BodyNode:
+    """One op inside a fused kernel's body. `op` and `attrs` are those of the Term constructor it
+    mirrors; `operands` its body operands; `eclass` the Term class whose value it computes (for
+    `arg`: the class it reads)."""
+
+    op: str
+    attrs: tuple
+    operands: tuple[BodyNode, ...]
+    eclass: str
+
+    def reads(self) -> list[str]:
+        """Classes read by the body, in first-use order."""
+        if self.op == "arg":
+            return [self.eclass]
+        return list(dict.fromkeys(c for o in self.operands for c in o.reads()))
+
+    def walk(self) -> list[BodyNode]:
+        """Ops of the body (no args), operands first; a shared subtree appears once."""
+        seen: dict[BodyNode, None] = {}
+        stack: list[tuple[BodyNode, bool]] = [(self, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if node.op == "arg" or node in seen:
+                continue
+            if expanded:
+                seen[node] = None
+            else:
+                stack.append((node, True))
+                stack.extend((o, False) for o in reversed(node.operands))
+        return list(seen)
 
 
 @dataclass
@@ -80,11 +114,37 @@ def view_egraph(egraph: EGraph) -> EGraphView:
             return tuple(value(c) for c in node["children"])
         return _primitive(node["op"], type_name.rsplit(".", 1)[-1])
 
+    bodies: dict[str, BodyNode] = {}  # one node per Body class: bodies are never rewritten
+
+    def body(node_id: str) -> BodyNode:
+        """A Body class decoded into its (only) node's tree; memoized, bodies share subtrees."""
+        node = nodes[node_id]
+        if node["eclass"] not in bodies:
+            attrs, operands, terms = [], [], []
+            for child in node["children"]:
+                child_class = nodes[child]["eclass"]
+                if class_types[child_class].endswith(".Body"):
+                    operands.append(body(child))
+                elif is_term_class(child_class):
+                    terms.append(child_class)
+                else:
+                    attrs.append(value(child))
+            bodies[node["eclass"]] = BodyNode(node["op"][len(BODY_PREFIX):], tuple(attrs), tuple(operands), terms[-1])
+        return bodies[node["eclass"]]
+
     classes: dict[str, EClass] = {}
     roots: dict[int, str] = {}
     for node_id, node in nodes.items():
         op = node["op"]
-        if op.startswith(TERM_PREFIX):
+        if op in ("Term.kernel", "Term.kernel_tee", "Term.tee_out"):
+            trees = tuple(body(c) for c in node["children"])
+            if any(o.op != "arg" for o in trees[0].operands):  # a kernel of one op is its plain node
+                cid = node["eclass"]
+                # tee_out depends on the kernel that writes it, in the class of that kernel's body
+                children = (trees[0].eclass,) if op == "Term.tee_out" else tuple(trees[0].reads())
+                classes.setdefault(cid, EClass(cid)).nodes.append(
+                    ENode(node_id, op[len(TERM_PREFIX):], cid, trees, children))
+        elif op.startswith(TERM_PREFIX):
             attrs, children = [], []
             for child in node["children"]:
                 child_class = nodes[child]["eclass"]

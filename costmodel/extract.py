@@ -2,12 +2,24 @@
 
 Greedy-DAG: each e-class keeps the cheapest set of nodes that computes it, where a node shared by
 several users is paid once (costs are summed over the union of the children's sets).
+
+Exclusive groups (primary nodes, secondary nodes): a chosen program uses at most one node of a
+group (a GEMM is computed once: by its own node or inside one fused kernel). Greedy bans the chosen
+secondary nodes of a violated group and re-runs until none is violated; the ILP states each group
+as a constraint.
+
+Requirements (node, needed node): a node may be chosen only with the node it needs (a tee_out
+with the kernel that writes its value). Greedy bans a chosen node whose requirement is unmet.
+
+Dominance pruning: a node is dropped when another node of its class costs no more, needs a subset
+of its children and belongs to a subset of its groups; any program using it can use the other
+instead, so extraction stays exact on the smaller e-graph.
 """
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
 
 from costmodel.egraph_view import EGraphView, ENode
 
@@ -17,6 +29,7 @@ class Extraction:
     choice: dict[str, ENode]  # e-class id -> chosen node
     cost: float  # DAG cost of everything reachable from the roots
     method: str
+    candidates: int | None = None  # e-nodes extraction chose among (after dominance pruning)
 
 
 def dag_cost(view: EGraphView, choice: dict[str, ENode], node_cost: dict[str, float]) -> float:
@@ -31,8 +44,75 @@ def dag_cost(view: EGraphView, choice: dict[str, ENode], node_cost: dict[str, fl
     return total
 
 
-def extract_greedy_dag(view: EGraphView, cost_of: Callable[[ENode], float]) -> Extraction:
+Exclusive = Sequence[tuple[frozenset[str], frozenset[str]]]
+
+
+Requires = Sequence[tuple[str, str]]
+
+
+def violations(roots: list[str], choice: dict[str, ENode], exclusive: Exclusive, requires: Requires = ()) -> set[str]:
+    """Chosen secondary node ids of every violated exclusive group, and chosen nodes whose
+    requirement is not chosen."""
+    if not exclusive and not requires:
+        return set()
+    reached, stack = set(), list(roots)
+    while stack:
+        cid = stack.pop()
+        if cid not in reached:
+            reached.add(cid)
+            stack.extend(choice[cid].children)
+    used = {choice[c].id for c in reached}
+    bad: set[str] = set()
+    for primary, secondary in exclusive:
+        chosen = secondary & used
+        if len(chosen) + len(primary & used) > 1:
+            bad |= chosen
+    return bad | {node for node, needed in requires if node in used and needed not in used}
+
+
+def drop_dominated(view: EGraphView, node_cost: dict[str, float], exclusive: Exclusive = (),
+                   requires: Requires = ()) -> EGraphView:
+    """The view without dominated nodes (see the module docstring). A needed node (a kernel_tee)
+    also provides what its requirers need: it is dominated only by a node needed the same way
+    (a kernel writing the same extra value), and a requirer whose needed node is gone goes too."""
+    groups: dict[str, set[int]] = {}
+    for index, (primary, secondary) in enumerate(exclusive):
+        for node_id in primary | secondary:
+            groups.setdefault(node_id, set()).add(index)
+    ids = {n.id: n for c in view.classes.values() for n in c.nodes}
+    provides: dict[str, set[str]] = {}
+    for node, needed in requires:
+        provides.setdefault(needed, set()).add(ids[node].eclass)
+    kept_ids: set[str] = set()
+    classes = {}
+    for cid, cls in view.classes.items():
+        ranked = sorted(((node_cost[n.id], frozenset(n.children), frozenset(groups.get(n.id, ())),
+                          frozenset(provides.get(n.id, ())), n) for n in cls.nodes),
+                        key=lambda t: (t[0], len(t[1]), len(t[2]), -len(t[3]), t[4].id))
+        kept: list[tuple] = []
+        for cost, children, member, gives, node in ranked:
+            if not any(c <= cost and ch <= children and m <= member and g >= gives for c, ch, m, g, _ in kept):
+                kept.append((cost, children, member, gives, node))
+        classes[cid] = [k[4] for k in kept]
+        kept_ids.update(k[4].id for k in kept)
+    orphans = {node for node, needed in requires if needed not in kept_ids}
+    return EGraphView({cid: replace(view.classes[cid], nodes=[n for n in nodes if n.id not in orphans])
+                       for cid, nodes in classes.items()}, view.roots)
+
+
+def extract_greedy_dag(view: EGraphView, cost_of: Callable[[ENode], float], exclusive: Exclusive = (),
+                       requires: Requires = ()) -> Extraction:
     node_cost = {n.id: cost_of(n) for c in view.classes.values() for n in c.nodes}
+    banned: set[str] = set()
+    while True:
+        choice = _greedy_choice(view, node_cost, banned)
+        bad = violations(view.roots, choice, exclusive, requires)
+        if not bad:
+            return Extraction(choice, dag_cost(view, choice, node_cost), "greedy")
+        banned |= bad  # only secondary and requiring nodes are banned; plain nodes always remain
+
+
+def _greedy_choice(view: EGraphView, node_cost: dict[str, float], banned: set[str]) -> dict[str, ENode]:
     parents: dict[str, list[ENode]] = {}
     for cls in view.classes.values():
         for node in cls.nodes:
@@ -40,7 +120,8 @@ def extract_greedy_dag(view: EGraphView, cost_of: Callable[[ENode], float]) -> E
                 parents.setdefault(child, []).append(node)
     best: dict[str, tuple[float, dict[str, float], ENode]] = {}
     # Cheapest-first worklist: most classes settle on their first (and final) value.
-    queue = [(node_cost[n.id], n.id, n) for c in view.classes.values() for n in c.nodes if not n.children]
+    queue = [(node_cost[n.id], n.id, n) for c in view.classes.values() for n in c.nodes
+             if not n.children and n.id not in banned]
     heapq.heapify(queue)
     while queue:
         _, _, node = heapq.heappop(queue)
@@ -57,9 +138,9 @@ def extract_greedy_dag(view: EGraphView, cost_of: Callable[[ENode], float]) -> E
             continue
         best[node.eclass] = (total, costs, node)
         for parent in parents.get(node.eclass, ()):
-            heapq.heappush(queue, (total, parent.id, parent))
+            if parent.id not in banned:
+                heapq.heappush(queue, (total, parent.id, parent))
     missing = [r for r in view.roots if r not in best]
     if missing:
         raise ValueError(f"no finite-cost term for output classes {missing}")
-    choice = {cid: entry[2] for cid, entry in best.items()}
-    return Extraction(choice, dag_cost(view, choice, node_cost), "greedy")
+    return {cid: entry[2] for cid, entry in best.items()}

@@ -28,7 +28,7 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
 from costmodel.egraph_view import EGraphView, ENode
-from costmodel.extract import Extraction, dag_cost, extract_greedy_dag
+from costmodel.extract import Exclusive, Extraction, Requires, dag_cost, extract_greedy_dag
 
 OBJECTIVE_SCALE = 1e4  # the reference cost (greedy's) maps to this many objective units
 MIP_REL_GAP = 1e-6
@@ -119,6 +119,23 @@ def _prune(view: EGraphView, node_cost: dict[str, float]) -> list[ENode]:
     return kept
 
 
+def _side_rows(problem: _Problem, exclusive: Exclusive, requires: Requires) -> list[tuple[list[int], list[float], float]]:
+    """(columns, coefficients, upper bound) rows: sum(x over an exclusive group) <= 1 and
+    x_node - x_needed <= 0, over the variables that survived pruning."""
+    rows = []
+    for primary, secondary in exclusive:
+        cols = [problem.node_index[i] for i in sorted(primary | secondary) if i in problem.node_index]
+        if len(cols) > 1:
+            rows.append((cols, [1.0] * len(cols), 1.0))
+    for node, needed in requires:
+        if node in problem.node_index:
+            if needed in problem.node_index:
+                rows.append(([problem.node_index[node], problem.node_index[needed]], [1.0, -1.0], 0.0))
+            else:
+                rows.append(([problem.node_index[node]], [1.0], 0.0))
+    return rows
+
+
 def find_cycles(roots: list[str], choice: dict[str, ENode]) -> list[list[ENode]]:
     """Cycles among the chosen nodes reachable from `roots`: one per back edge of a DFS, each as
     the list of nodes on it (node i has a child in the class of node i+1, the last in the first's)."""
@@ -159,7 +176,8 @@ def _choice_from(problem: _Problem, x: np.ndarray, roots: list[str]) -> dict[str
 
 def extract_ilp(view: EGraphView, cost_of: Callable[[ENode], float], *,
                 warm_start: Extraction | None = None, time_limit_s: float = 10.0,
-                max_rounds: int = 100, mip_rel_gap: float = MIP_REL_GAP) -> IlpExtraction:
+                max_rounds: int = 100, mip_rel_gap: float = MIP_REL_GAP, exclusive: Exclusive = (),
+                requires: Requires = ()) -> IlpExtraction:
     """The cheapest acyclic DAG extraction, or the best found within `time_limit_s` (all rounds).
 
     `warm_start` (greedy-DAG when None) bounds the objective and is returned when the ILP finds
@@ -168,7 +186,7 @@ def extract_ilp(view: EGraphView, cost_of: Callable[[ENode], float], *,
     deadline = start + time_limit_s
     node_cost = {n.id: float(cost_of(n)) for c in view.classes.values() for n in c.nodes}
     if warm_start is None:
-        warm_start = extract_greedy_dag(view, lambda node: node_cost[node.id])
+        warm_start = extract_greedy_dag(view, lambda node: node_cost[node.id], exclusive, requires)
     warm_cost = dag_cost(view, warm_start.choice, node_cost)
     if find_cycles(view.roots, warm_start.choice):
         raise ValueError("warm_start choice is cyclic")
@@ -188,6 +206,7 @@ def extract_ilp(view: EGraphView, cost_of: Callable[[ENode], float], *,
     bounds = Bounds(lower, np.ones(n + m))
     integrality = np.ones(n + m)
 
+    side_rows = _side_rows(problem, exclusive, requires)
     best_choice, best_cost = warm_start.choice, warm_cost
     best_from_warm, status, lower_bound = True, "time_limit", -math.inf
     cut_rows: list[list[int]] = []
@@ -208,12 +227,12 @@ def extract_ilp(view: EGraphView, cost_of: Callable[[ENode], float], *,
             lb.append([-np.inf])
             ub.append([warm_cost / scale * (1 + 1e-9) + 1e-6])
             r += 1
-        for cut in cut_rows:
-            extra_r += [r] * len(cut)
-            extra_c += cut
-            extra_v += [1.0] * len(cut)
+        for row_cols, coefs, limit in [*side_rows, *((cut, [1.0] * len(cut), len(cut) - 1.0) for cut in cut_rows)]:
+            extra_r += [r] * len(row_cols)
+            extra_c += row_cols
+            extra_v += coefs
             lb.append([-np.inf])
-            ub.append([len(cut) - 1.0])
+            ub.append([limit])
             r += 1
         A = coo_matrix((np.concatenate([vals, extra_v]),
                         (np.concatenate([rows, np.array(extra_r, dtype=np.int64)]),
@@ -258,7 +277,7 @@ def extract_ilp(view: EGraphView, cost_of: Callable[[ENode], float], *,
 
 
 def extract_auto(view: EGraphView, cost_of: Callable[[ENode], float], time_limit_s: float,
-                 node_budget: int = 20_000) -> Extraction:
+                 node_budget: int = 20_000, exclusive: Exclusive = (), requires: Requires = ()) -> Extraction:
     """Greedy-DAG always; the ILP (warm-started from greedy) too when the e-graph has fewer than
     `node_budget` e-nodes. Returns the cheaper (the ILP on ties: it carries the proven gap)."""
     node_cost: dict[str, float] = {}
@@ -268,8 +287,9 @@ def extract_auto(view: EGraphView, cost_of: Callable[[ENode], float], time_limit
             node_cost[node.id] = float(cost_of(node))
         return node_cost[node.id]
 
-    greedy = extract_greedy_dag(view, cached)
+    greedy = extract_greedy_dag(view, cached, exclusive, requires)
     if view.enode_count >= node_budget:
         return greedy
-    ilp = extract_ilp(view, cached, warm_start=greedy, time_limit_s=time_limit_s)
+    ilp = extract_ilp(view, cached, warm_start=greedy, time_limit_s=time_limit_s, exclusive=exclusive,
+                      requires=requires)
     return ilp if ilp.cost <= greedy.cost else greedy

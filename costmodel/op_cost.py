@@ -1,7 +1,7 @@
 """Compute cost of one wire-level equation on a HardwareProfile: which unit runs it and for how long.
 
-Extraction prices e-nodes by turning them into equations first, so the e-graph search and the
-kernel estimates use the same numbers.
+Extraction prices e-nodes by turning them into equations first (costmodel/kernel_cost.py), so the
+e-graph search and the kernel estimates use the same numbers.
 """
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from costmodel.formulas import (
     conv_cost,
     dtype_bytes,
     gemm_cost,
-    kernel_estimate,
     loop_cost,
     memory_time,
     vector_cost,
@@ -128,16 +127,6 @@ def _idiom_cost(p: HardwareProfile, op: str, ins: list[Aval], out: Aval) -> OpCo
     t, e, flops = vector_cost(p, {k: n * b * h * s * keys for k, n in IDIOMS["softmax"].items()}, touched)
     return OpCost("gemm", scores.time_s + mix.time_s + t, scores.energy_j + mix.energy_j + e,
                   scores.flops + mix.flops + flops, scores.bound, scores.tiling())
-
-
-def standalone_time(p: HardwareProfile, op: str, params: dict[str, Any], ins: list[Aval], out: Aval) -> float:
-    """Extraction's price of one op: GEMMs and host ops are kernels of their own (launch and HBM
-    traffic included); elementwise and layout ops are priced as fused epilogues (compute only)."""
-    c = op_cost(p, op, params, ins, out)
-    if c.kind in ("gemm", "host"):
-        moved = sum(nbytes(a) for a in ins) + nbytes(out)
-        return kernel_estimate(p, c.time_s, c.energy_j, c.flops, moved, c.bound).time_s
-    return c.time_s
 
 
 def _host(p: HardwareProfile, ins: list[Aval], out: Aval) -> OpCost:

@@ -1,15 +1,18 @@
-"""Extracted e-graph selection -> wire program of standard JAX primitives.
+"""Extracted e-graph selection -> wire program of standard JAX primitives, grouped by kernel.
 
 `node_equation` is the one place that knows how each term constructor maps back to a primitive and
-its params; extraction prices nodes through it too.
+its params; extraction prices nodes through it too. Every chosen node is one kernel: a fused
+`kernel` node emits its whole body (a value it inlines is emitted again in each kernel that
+inlines it: that is the recompute extraction paid for).
 """
 from __future__ import annotations
 
 import heapq
 import math
+from dataclasses import dataclass
 from typing import Any
 
-from costmodel.egraph_view import EClass, EGraphView, ENode
+from costmodel.egraph_view import BodyNode, EClass, EGraphView, ENode
 from costmodel.op_cost import IDIOMS
 from lowering.idioms import expand
 from rewrites.params import ParamsTable
@@ -27,8 +30,14 @@ def _ints(values) -> list[int]:
     return [int(v) for v in values]
 
 
-def node_equation(node: ENode, eclass: EClass, table: ParamsTable) -> tuple[str, dict[str, Any]]:
-    """(primitive name, wire params) of a term node that is an equation (not var/lit)."""
+@dataclass
+class EmittedProgram:
+    program: dict[str, Any]
+    groups: list[list[int]]  # per chosen node, in emission order: the indices of its equations
+
+
+def node_equation(node: ENode | BodyNode, eclass: EClass, table: ParamsTable) -> tuple[str, dict[str, Any]]:
+    """(primitive name, wire params) of a term or body node that is an equation (not var/lit/arg)."""
     a = node.attrs
     match node.op:
         case "unary" | "binary":
@@ -86,17 +95,42 @@ def wire_literal(bits: int, dtype: str) -> dict[str, Any]:
 
 
 def emit_program(view: EGraphView, choice: dict[str, ENode], table: ParamsTable,
-                 original: dict[str, Any]) -> dict[str, Any]:
-    """The wire program that computes the roots of `view` with one chosen node per e-class."""
+                 original: dict[str, Any], keep_consts: bool = False) -> EmittedProgram:
+    """The wire program that computes the roots of `view` with one chosen node per e-class, and
+    its equations grouped by the chosen node (kernel) they belong to. Unused consts are dropped
+    unless `keep_consts` (a program that is re-ingested next to the original keeps its indices)."""
     leaves = [*original["inputs"], *original.get("consts", [])]
     names: dict[str, Any] = {}
     eqns: list[dict[str, Any]] = []
+    groups: list[list[int]] = []
     opaque_outs: dict[tuple, list[str]] = {}
     used_consts: set[int] = set()
 
     def out_spec(cid: str) -> dict[str, Any]:
         cls = view.classes[cid]
         return {"name": f"t{len(eqns)}_{cid.rsplit('-', 1)[-1]}", "shape": list(cls.shape), "dtype": cls.dtype}
+
+    def emit_op(node: ENode | BodyNode, ins: list[Any]) -> str:
+        """Equations computing one op (an idiom expands to several); returns the output name."""
+        cls = view.classes[node.eclass]
+        op, params = node_equation(node, cls, table)
+        spec = out_spec(node.eclass)
+        if op in IDIOMS:
+            avals = [(view.classes[c].shape, view.classes[c].dtype) for c in _operand_classes(node)]
+            eqns.extend(expand(op, params, ins, avals, spec["name"]))
+        else:
+            eqns.append({"op": op, "in": ins, "out": [spec], "params": params})
+        return spec["name"]
+
+    teed: dict[tuple, str] = {}  # (body, tee) of an emitted kernel_tee -> name of the value it also writes
+
+    def emit_body(node: ENode) -> str:
+        root, local = node.attrs[0], {}
+        for body in root.walk():
+            local[body] = emit_op(body, [names[o.eclass] if o.op == "arg" else local[o] for o in body.operands])
+        if node.op == "kernel_tee":
+            teed[node.attrs] = local[node.attrs[1]]
+        return local[root]
 
     def emit(cid: str) -> None:
         node, cls = choice[cid], view.classes[cid]
@@ -112,6 +146,12 @@ def emit_program(view: EGraphView, choice: dict[str, ENode], table: ParamsTable,
         if node.op == "flit":
             names[cid] = wire_literal(float_bits(node.attrs[0]), node.attrs[1])
             return
+        if node.op in ("kernel", "kernel_tee"):
+            names[cid] = emit_body(node)
+            return
+        if node.op == "tee_out":
+            names[cid] = teed[node.attrs]  # its kernel (a child) was emitted first
+            return
         ins = [names[c] for c in node.children]
         if node.op == "opaque":
             key = (node.attrs[1], node.children)
@@ -125,20 +165,21 @@ def emit_program(view: EGraphView, choice: dict[str, ENode], table: ParamsTable,
                 opaque_outs[key] = [o["name"] for o in outs]
             names[cid] = opaque_outs[key][int(node.attrs[2])]
             return
-        op, params = node_equation(node, cls, table)
-        spec = out_spec(cid)
-        if op in IDIOMS:
-            avals = [(view.classes[c].shape, view.classes[c].dtype) for c in node.children]
-            eqns.extend(expand(op, params, ins, avals, spec["name"]))
-        else:
-            eqns.append({"op": op, "in": ins, "out": [spec], "params": params})
-        names[cid] = spec["name"]
+        names[cid] = emit_op(node, ins)
 
     for cid in emission_order(view, choice):
+        first = len(eqns)
         emit(cid)
-    consts = [c for k, c in enumerate(original.get("consts", [])) if k in used_consts]
-    return {"format": original["format"], "inputs": original["inputs"], "consts": consts, "eqns": eqns,
-            "outputs": [names[r] for r in view.roots]}
+        if len(eqns) > first:
+            groups.append(list(range(first, len(eqns))))
+    consts = [c for k, c in enumerate(original.get("consts", [])) if keep_consts or k in used_consts]
+    program = {"format": original["format"], "inputs": original["inputs"], "consts": consts, "eqns": eqns,
+               "outputs": [names[r] for r in view.roots]}
+    return EmittedProgram(program, groups)
+
+
+def _operand_classes(node: ENode | BodyNode) -> list[str]:
+    return [o.eclass for o in node.operands] if isinstance(node, BodyNode) else list(node.children)
 
 
 def emission_order(view: EGraphView, choice: dict[str, ENode]) -> list[str]:

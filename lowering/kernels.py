@@ -1,9 +1,11 @@
 """Wire program -> KernelProgram: kernels with their ops, buffers, GEMM tiling and estimates.
 
-Fusion here is the conventional policy (XLA-style greedy producer-consumer: an elementwise or
-layout op joins the kernel that produced one of its operands if that kernel is the last one
-opened). With fusion off every equation is its own kernel (the `naive` baseline). Values that
-depend only on weights and constants are precomputed once and reported apart from per-call cost.
+Kernel boundaries come from one of three places: extraction (`groups`: the optimizer's own choice,
+one group per chosen e-node), the conventional policy of the `baseline` (XLA-style greedy
+producer-consumer: an elementwise or layout op joins the kernel that produced one of its operands
+if that kernel is the last one opened), or none (`naive`: one kernel per equation). Layout-only
+ops are views folded into the kernels that read them. Values that depend only on weights and
+constants are precomputed once and reported apart from per-call cost.
 """
 from __future__ import annotations
 
@@ -11,11 +13,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from costmodel.formulas import Estimate, kernel_estimate, sum_estimates
+from costmodel.formulas import Estimate, sum_estimates
+from costmodel.kernel_cost import VIEW_OPS, fused_estimate
 from costmodel.op_cost import Aval, OpCost, nbytes, op_cost
 from costmodel.profile import HardwareProfile
-
-KIND_NAMES = {"gemm": "optical_gemm", "vector": "vector", "free": "vector", "host": "host"}
 
 
 @dataclass(eq=False)
@@ -27,11 +28,20 @@ class Kernel:
     inputs: list[str] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
     tiling: dict[str, int] = field(default_factory=dict)
+    buffers: list[dict[str, Any]] = field(default_factory=list)  # name, shape, dtype, role, level
     estimate: Estimate | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "kind": self.kind, "ops": self.ops, "inputs": self.inputs,
-                "outputs": self.outputs, "tiling": self.tiling, "estimate": self.estimate.to_dict()}
+        return {"id": self.id, "kind": self.kind, "ops": self.ops, "eqns": sorted(set(self.eqns)), "inputs": self.inputs,
+                "outputs": self.outputs, "tiling": self.tiling, "buffers": self.buffers,
+                "estimate": self.estimate.to_dict()}
+
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Kernel:
+        """A kernel as a response reports it (estimates are not needed to run it)."""
+        return cls(data["id"], data["kind"], list(data["eqns"]), list(data["ops"]), list(data["inputs"]),
+                   list(data["outputs"]), dict(data["tiling"]), list(data.get("buffers", [])))
 
 
 @dataclass
@@ -67,10 +77,19 @@ def eqn_cost(profile: HardwareProfile, eqn: dict[str, Any], avals: dict[str, Ava
     return op_cost(profile, eqn["op"], eqn.get("params") or {}, ins, out)
 
 
-def build_kernel_program(program: dict[str, Any], profile: HardwareProfile, fuse: bool = True) -> KernelProgram:
+def build_kernel_program(program: dict[str, Any], profile: HardwareProfile, fuse: bool = True,
+                         groups: list[list[int]] | None = None) -> KernelProgram:
+    """Kernels of `program`: the given `groups` of equation indices, else greedy fusion (`fuse`)
+    or one kernel per equation."""
     avals, static = avals_of(program), static_names(program)
     costs = [eqn_cost(profile, e, avals) for e in program["eqns"]]
-    kernels, precompute, escaping = _assign(program, costs, static, fuse)
+    placer = _Placer(program, costs)
+    if groups is None:
+        _assign_greedy(placer, static, fuse)
+    else:
+        _assign_groups(placer, static, groups)
+    placer.materialize_returned_views()
+    kernels, precompute, escaping = placer.kernels, placer.precompute, placer.escaping
     for group in (kernels, precompute):
         for kernel in group:
             _finish(kernel, program, costs, avals, profile, escaping)
@@ -78,80 +97,120 @@ def build_kernel_program(program: dict[str, Any], profile: HardwareProfile, fuse
                          sum_estimates([k.estimate for k in precompute]))
 
 
-def _assign(program: dict[str, Any], costs: list[OpCost], static: set[str], fuse: bool):
-    """Group equations into kernels; returns (per-call kernels, precompute kernels, escaping values).
+class _Placer:
+    """Kernels under construction: places equations, folds deferred views into their readers and
+    records which values escape their kernel (an HBM write: the program returns it or another
+    kernel reads it)."""
 
-    A value escapes its kernel (an HBM write) if the program returns it or another kernel reads it.
-    With fusion, layout-only ops on kernel-external data (a bias broadcast) are folded into each
-    consumer instead of becoming kernels, and an elementwise op joins the latest kernel that
-    produced one of its operands: its other operands then come from earlier kernels, so kernel
-    order stays a valid schedule.
-    """
-    eqns = program["eqns"]
-    kernels: list[Kernel] = []
-    precompute: list[Kernel] = []
-    producer: dict[str, Kernel] = {}
-    deferred: dict[str, int] = {}
-    per_call: set[Kernel] = set()
-    escaping = {o for o in program["outputs"] if isinstance(o, str)}
+    def __init__(self, program: dict[str, Any], costs: list[OpCost]):
+        self.eqns, self.costs = program["eqns"], costs
+        self.kernels: list[Kernel] = []
+        self.precompute: list[Kernel] = []
+        self.producer: dict[str, Kernel] = {}
+        self.deferred: dict[str, int] = {}  # view output -> its equation, placed in each reader
+        self.escaping = {o for o in program["outputs"] if isinstance(o, str)}
 
-    def place(index: int, kernel: Kernel) -> None:
-        for a in eqns[index]["in"]:
-            if not isinstance(a, str):
-                continue
-            if a in deferred:
-                if deferred[a] not in kernel.eqns:
-                    place(deferred[a], kernel)
-            elif a in producer and producer[a] is not kernel:
-                escaping.add(a)
-        kernel.eqns.append(index)
-        if kernel.kind == "optical_gemm" and costs[index].kind != "gemm":
-            kernel.kind = "fused"
-
-    def open_kernel(group: list[Kernel], index: int) -> Kernel:
-        group.append(Kernel(len(group), KIND_NAMES[costs[index].kind], []))
-        if group is kernels:
-            per_call.add(group[-1])
+    def open(self, per_call: bool) -> Kernel:
+        group = self.kernels if per_call else self.precompute
+        group.append(Kernel(len(group), "vector", []))
         return group[-1]
 
-    for index, (eqn, cost) in enumerate(zip(eqns, costs)):
-        outs = [o["name"] for o in eqn["out"]]
-        operands = [a for a in eqn["in"] if isinstance(a, str)]
-        producers = [k for a in operands if (k := producer.get(a)) in per_call]
-        if all(o in static for o in outs):
-            target = open_kernel(precompute, index)
+    def place(self, index: int, kernel: Kernel) -> None:
+        for a in self.eqns[index]["in"]:
+            if not isinstance(a, str):
+                continue
+            if a in self.deferred:
+                if self.deferred[a] not in kernel.eqns:
+                    self.place(self.deferred[a], kernel)
+            elif a in self.producer and self.producer[a] is not kernel:
+                self.escaping.add(a)
+        kernel.eqns.append(index)
+        self.producer.update((o["name"], kernel) for o in self.eqns[index]["out"])
+
+    def defer(self, index: int) -> None:
+        self.deferred.update((o["name"], index) for o in self.eqns[index]["out"])
+
+    def materialize_returned_views(self) -> None:
+        for name in self.escaping & self.deferred.keys():  # a returned view is written by a copy kernel
+            self.place(self.deferred[name], self.open(per_call=True))
+
+
+def _is_static(eqn: dict[str, Any], static: set[str]) -> bool:
+    return all(o["name"] in static for o in eqn["out"])
+
+
+def _assign_groups(placer: _Placer, static: set[str], groups: list[list[int]]) -> None:
+    """Extraction's kernels: a lone view is folded into its readers; weight-only groups are
+    precomputed; every other group is one per-call kernel."""
+    for group in groups:
+        if len(group) == 1 and placer.eqns[group[0]]["op"] in VIEW_OPS and not _is_static(placer.eqns[group[0]], static):
+            placer.defer(group[0])
+            continue
+        target = placer.open(per_call=not all(_is_static(placer.eqns[i], static) for i in group))
+        for index in group:
+            placer.place(index, target)
+
+
+def _assign_greedy(placer: _Placer, static: set[str], fuse: bool) -> None:
+    """The baseline's policy. With fusion, views of kernel-external data (a bias broadcast) are
+    folded into each reader, and an elementwise op joins the latest kernel that produced one of
+    its operands: its other operands then come from earlier kernels, so kernel order stays a
+    valid schedule. Without, every equation is its own kernel."""
+    per_call = placer.kernels
+    for index, (eqn, cost) in enumerate(zip(placer.eqns, placer.costs)):
+        producers = [k for a in eqn["in"] if isinstance(a, str) and (k := placer.producer.get(a)) in per_call]
+        if _is_static(eqn, static):
+            target = placer.open(per_call=False)
         elif fuse and cost.kind == "free" and not producers:
-            deferred.update((o, index) for o in outs)
+            placer.defer(index)
             continue
         else:
             latest = max(producers, key=lambda k: k.id, default=None)
-            joins = fuse and latest is not None and cost.kind in ("vector", "free") and latest.kind != "host"
-            target = latest if joins else open_kernel(kernels, index)
-        place(index, target)
-        producer.update((o, target) for o in outs)
-    for name in escaping & deferred.keys():  # a returned layout-only value is materialized
-        place(deferred[name], open_kernel(kernels, deferred[name]))
-    return kernels, precompute, escaping
+            joins = fuse and latest is not None and cost.kind in ("vector", "free") and \
+                not any(placer.costs[i].kind == "host" for i in latest.eqns)
+            target = latest if joins else placer.open(per_call=True)
+        placer.place(index, target)
+
+
+def kernel_kind(parts: list[OpCost], ops: list[str]) -> str:
+    """host if it runs an op the model does not know; optical_gemm for a lone GEMM; vector for a
+    lone vector op (or a copy); fused for several compute ops (views do not count)."""
+    compute = [c for c, op in zip(parts, ops) if c.kind != "free" and op not in VIEW_OPS]
+    if any(c.kind == "host" for c in compute):
+        return "host"
+    if len(compute) > 1:
+        return "fused"
+    return "optical_gemm" if compute and compute[0].kind == "gemm" else "vector"
 
 
 def _finish(kernel: Kernel, program, costs: list[OpCost], avals, profile: HardwareProfile,
             escaping: set[str]) -> None:
+    """Kind, ops, buffers (inputs and outputs in HBM; intermediates in SRAM, or spilled when they
+    do not fit), tiling of its GEMM and the estimate."""
     eqns = [program["eqns"][i] for i in kernel.eqns]
     produced = [o["name"] for e in eqns for o in e["out"]]
     inside = set(produced)
+    parts = [costs[i] for i in kernel.eqns]
     kernel.ops = [e["op"] for e in eqns]
+    kernel.kind = kernel_kind(parts, kernel.ops)
     kernel.inputs = list(dict.fromkeys(a for e in eqns for a in e["in"] if isinstance(a, str) and a not in inside))
     kernel.outputs = [n for n in produced if n in escaping]
-    hbm = sum(nbytes(avals[n]) for n in kernel.inputs) + sum(nbytes(avals[n]) for n in kernel.outputs)
-    intermediate = sum(nbytes(avals[n]) for n in produced if n not in kernel.outputs)
-    hbm += 2 * max(0, intermediate - profile.memory.sram_bytes)  # spilled intermediates go out and back
-    parts = [costs[i] for i in kernel.eqns]
+    views = {o["name"] for i in kernel.eqns if program["eqns"][i]["op"] in VIEW_OPS for o in program["eqns"][i]["out"]}
+    intermediates = [n for n in produced if n not in kernel.outputs and n not in views]
+    inside_bytes = sum(nbytes(avals[n]) for n in intermediates)
+    level = "sram" if inside_bytes <= profile.memory.sram_bytes else "spill"
+    kernel.buffers = [_buffer(n, avals[n], role, lvl) for names, role, lvl in
+                      ((kernel.inputs, "input", "hbm"), (kernel.outputs, "output", "hbm"),
+                       (intermediates, "intermediate", level)) for n in names]
     gemms = [c for c in parts if c.kind == "gemm"]
-    compute = sum(c.time_s for c in parts)
-    bound = max(parts, key=lambda c: c.time_s).bound if compute > 0 else "vector"
     kernel.tiling = gemms[0].tiling if gemms else {}
-    kernel.estimate = kernel_estimate(profile, compute, sum(c.energy_j for c in parts),
-                                      sum(c.flops for c in parts), hbm, bound)
+    kernel.estimate = fused_estimate(profile, parts, sum(nbytes(avals[n]) for n in kernel.inputs),
+                                     sum(nbytes(avals[n]) for n in kernel.outputs), inside_bytes,
+                                     len(kernel.inputs), len(kernel.outputs))
+
+
+def _buffer(name: str, aval: Aval, role: str, level: str) -> dict[str, Any]:
+    return {"name": name, "shape": list(aval[0]), "dtype": aval[1], "role": role, "level": level}
 
 
 def lower_bound(programs: list[dict[str, Any]], profile: HardwareProfile) -> Estimate:

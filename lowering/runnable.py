@@ -7,7 +7,7 @@ from typing import Any
 
 import jax
 
-from lowering.kernels import Kernel, KernelProgram, avals_of
+from lowering.kernels import Kernel, avals_of
 from lowering.to_jax import program_to_callable
 
 
@@ -25,13 +25,19 @@ def kernel_subprogram(program: dict[str, Any], kernel: Kernel) -> dict[str, Any]
 
 
 class KernelRunner:
-    """Runs `kernels` (precompute first, then per-call) of a lowered wire program; one jitted
-    function per kernel, compiled on first use."""
+    """Runs the kernels of a lowered wire program in order (precompute first, then per call); one
+    jitted function per kernel, compiled on first use."""
 
-    def __init__(self, program: dict[str, Any], kernels: KernelProgram):
+    def __init__(self, program: dict[str, Any], kernels: list[Kernel]):
         self.program = program
-        self.steps = [(k, kernel_subprogram(program, k)) for k in [*kernels.precompute, *kernels.kernels]]
+        self.steps = [(k, kernel_subprogram(program, k)) for k in kernels]
         self.calls = [jax.jit(program_to_callable(sub)) for _, sub in self.steps]
+
+    @classmethod
+    def from_response(cls, response: dict[str, Any]) -> KernelRunner:
+        """The kernel program of an optimize response (`precompute_kernels`, then `kernels`)."""
+        kernels = [Kernel.from_dict(k) for k in [*response["precompute_kernels"], *response["kernels"]]]
+        return cls(response["program"], kernels)
 
     def buffers(self, *args: Any) -> dict[str, Any]:
         """Every buffer the kernels write, keyed by name, after one run on `args` (program inputs)."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from egglog import EGraph, Ruleset, back_off, run, ruleset
 
 from rewrites.algebra import ALGEBRA
+from rewrites.fusion import FUSION, MAX_BODY_OPS
 from rewrites.idioms import IDIOMS
 from rewrites.layout import LAYOUT
 from rewrites.matmul import MATMUL
@@ -20,7 +21,7 @@ from rewrites.registry import FpMode, rule_names_by_decl
 
 SINGLE_PATTERN = [ALGEBRA, LAYOUT, MATMUL, IDIOMS]
 MULTI_PATTERN = [MERGE]  # merges run a bounded number of rounds: they feed on their own output
-ALL_FAMILIES = [*SINGLE_PATTERN, *MULTI_PATTERN]
+ALL_FAMILIES = [*SINGLE_PATTERN, *MULTI_PATTERN, FUSION]
 _RULE_NAMES = rule_names_by_decl(ALL_FAMILIES)
 
 
@@ -31,6 +32,7 @@ class Budget:
     time_limit_s: float = 5.0
     merge_rounds: int = 8  # a group of n matmuls sharing an operand merges fully in n - 1 rounds
     ac_match_limit: int = 1_000  # back_off: an AC rule matching more than this in one pass is skipped
+    fusion_rounds: int = MAX_BODY_OPS  # each round grows kernel bodies by one op
 
 
 @dataclass
@@ -45,12 +47,14 @@ class SaturationReport:
 @dataclass(frozen=True)
 class Schedule:
     """Rulesets for one fp mode: single-pattern rules every iteration (commutativity and
-    associativity throttled by back_off), multi-pattern merges for a bounded number of rounds."""
+    associativity throttled by back_off), multi-pattern merges for a bounded number of rounds;
+    then fusion rounds (bodies grow one op per round)."""
 
     name: str
     every_iteration: Ruleset
     bounded: Ruleset
     throttled: Ruleset | None = None
+    fusion: Ruleset | None = None
 
 
 def _schedule(fp_mode: FpMode) -> Schedule:
@@ -64,11 +68,35 @@ def _schedule(fp_mode: FpMode) -> Schedule:
 
 SCHEDULES: dict[FpMode, Schedule] = {"exact": _schedule("exact"), "real": _schedule("real")}
 NO_RULES = Schedule("none", ruleset(name="none-a"), ruleset(name="none-b"))
+# Kernel boundaries for given programs (the original and the algebraic optimum): fusion
+# enumerates kernels per algebraic alternative, which multiplies (a transformer layer's saturated
+# e-graph grows 20x with 4-op bodies); over a few chosen programs 8-op bodies stay small.
+FUSION_ONLY = Schedule("fusion-only", ruleset(name="fusion-only-a"), ruleset(name="fusion-only-b"),
+                       fusion=FUSION.ruleset("exact"))
 
 
 def term_enodes(egraph: EGraph) -> int:
     """E-nodes of the term language (analysis tables do not count against the budget)."""
     return sum(size for fn, size in egraph.all_function_sizes() if str(fn).startswith("Term."))
+
+
+def _record(result, fired: Counter) -> None:
+    for decl, matches in result.num_matches_per_rule.items():
+        fired[_RULE_NAMES.get(decl, "unnamed")] += matches
+
+
+def _fuse(egraph: EGraph, fusion: Ruleset, budget: Budget, start: float, report: SaturationReport,
+          fired: Counter) -> None:
+    """Fusion rounds until bodies stop growing; the time limit still applies (the algebra's node
+    limit does not: bodies are bounded by their size guard)."""
+    for _ in range(budget.fusion_rounds):
+        if time.perf_counter() - start > budget.time_limit_s:
+            report.stop_reason = "time_limit"
+            return
+        result = egraph.run(fusion)
+        _record(result, fired)
+        if not result.updated:
+            return
 
 
 def saturate(egraph: EGraph, schedule: Schedule, budget: Budget) -> SaturationReport:
@@ -89,8 +117,7 @@ def saturate(egraph: EGraph, schedule: Schedule, budget: Budget) -> SaturationRe
         for step in steps:
             result = egraph.run(step)
             changed |= result.updated
-            for decl, matches in result.num_matches_per_rule.items():
-                fired[_RULE_NAMES.get(decl, "unnamed")] += matches
+            _record(result, fired)
         report.iterations = iteration + 1
         report.enodes = term_enodes(egraph)
         if not changed:
@@ -99,6 +126,8 @@ def saturate(egraph: EGraph, schedule: Schedule, budget: Budget) -> SaturationRe
         if report.enodes > budget.node_limit:
             report.stop_reason = "node_limit"
             break
+    if schedule.fusion is not None:
+        _fuse(egraph, schedule.fusion, budget, start, report, fired)
     report.enodes = term_enodes(egraph)
     report.rules_fired = {k: v for k, v in sorted(fired.items()) if v}
     report.time_s = time.perf_counter() - start

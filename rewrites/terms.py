@@ -115,6 +115,85 @@ class Term(Expr):
     def opaque(cls, primitive: StringLike, extra: i64Like, args: Vec[Term], index: i64Like) -> Term:
         """Output `index` of a primitive the optimizer does not model; carried through untouched."""
 
+    @classmethod
+    def kernel(cls, body: Body) -> Term:
+        """One fused kernel computing this value from the values its body reads (`Body.arg`);
+        the fusion rules (rewrites/fusion.py) put it in the class of the value it computes."""
+
+    @classmethod
+    def kernel_tee(cls, body: Body, tee: Body) -> Term:
+        """`kernel(body)` that also writes the value of `tee`, an operand it computes inside
+        (multi-output fusion: other readers of that value need neither recompute nor a kernel)."""
+
+    @classmethod
+    def tee_out(cls, body: Body, tee: Body) -> Term:
+        """The value of `tee` as written by `kernel_tee(body, tee)`; extraction may choose it
+        only together with that kernel."""
+
+
+class Body(Expr):
+    """The inside of a fused kernel: a tree of ops whose leaves read materialized values.
+
+    Each constructor takes the same arguments as the Term constructor it mirrors, with Body
+    operands, plus `like`: the Term class whose value it computes (its shape and dtype). Bodies are
+    never rewritten, so each Body class holds one node, and a value inlined into two kernels is
+    two separate body subtrees: extraction pays for it twice (recompute).
+    """
+
+    @classmethod
+    def arg(cls, x: Term) -> Body:
+        """Read the materialized value `x` (an HBM buffer) into the kernel."""
+
+    @classmethod
+    def unary(cls, op: StringLike, x: Body, extra: i64Like, like: Term) -> Body: ...
+
+    @classmethod
+    def binary(cls, op: StringLike, a: Body, b: Body, extra: i64Like, like: Term) -> Body: ...
+
+    @classmethod
+    def select(cls, pred: Body, on_false: Body, on_true: Body, like: Term) -> Body: ...
+
+    @classmethod
+    def dot(cls, a: Body, b: Body, lhs_contract: Vec[i64], rhs_contract: Vec[i64], lhs_batch: Vec[i64],
+            rhs_batch: Vec[i64], extra: i64Like, like: Term) -> Body: ...
+
+    @classmethod
+    def conv(cls, lhs: Body, rhs: Body, rhs_out_dim: i64Like, out_feature_dim: i64Like, extra: i64Like,
+             like: Term) -> Body: ...
+
+    @classmethod
+    def transpose(cls, x: Body, permutation: Vec[i64], like: Term) -> Body: ...
+
+    @classmethod
+    def reshape(cls, x: Body, new_sizes: Vec[i64], extra: i64Like, like: Term) -> Body: ...
+
+    @classmethod
+    def broadcast(cls, x: Body, shape: Vec[i64], dims: Vec[i64], extra: i64Like, like: Term) -> Body: ...
+
+    @classmethod
+    def reduce(cls, op: StringLike, x: Body, axes: Vec[i64], extra: i64Like, like: Term) -> Body: ...
+
+    @classmethod
+    def convert(cls, x: Body, new_dtype: StringLike, extra: i64Like, like: Term) -> Body: ...
+
+    @classmethod
+    def squeeze(cls, x: Body, dimensions: Vec[i64], like: Term) -> Body: ...
+
+    @classmethod
+    def expand_dims(cls, x: Body, dimensions: Vec[i64], like: Term) -> Body: ...
+
+    @classmethod
+    def integer_pow(cls, x: Body, y: i64Like, like: Term) -> Body: ...
+
+    @classmethod
+    def softmax(cls, x: Body, like: Term) -> Body: ...
+
+    @classmethod
+    def gelu(cls, x: Body, approximate: i64Like, like: Term) -> Body: ...
+
+    @classmethod
+    def layer_norm(cls, x: Body, eps: Body, like: Term) -> Body: ...
+
 
 @function
 def shape(x: Term) -> Vec[i64]:
@@ -141,6 +220,16 @@ def slot_lo(group: StringLike, dot: Term) -> i64:
 @function(merge=lambda old, new: old.max(new))
 def slot_hi(group: StringLike, dot: Term) -> i64:
     """Upper end of a matmul's merge-candidate range (see `slot_lo`)."""
+
+
+@function(merge=lambda old, new: old.min(new))
+def body_ops(body: Body) -> i64:
+    """Ops inside a kernel body (its size guard); arguments do not count."""
+
+
+@function(merge=lambda old, new: old.min(new))
+def body_gemms(body: Body) -> i64:
+    """GEMMs inside a kernel body: at most one (an optical kernel streams one weight set)."""
 
 
 @function

@@ -53,7 +53,11 @@ class Estimate(_Open):
 class OptimizeResponse(_Open):
     id: str = Field(description="hash of the canonical request")
     program: dict[str, Any] = Field(description=f"the optimized program, {FORMAT}")
-    kernels: list[dict[str, Any]]
+    kernels: list[dict[str, Any]] = Field(description="per kernel, in execution order: id, kind, ops, eqns "
+                                                      "(indices into program.eqns), inputs, outputs, tiling, "
+                                                      "buffers (with memory level), estimate")
+    precompute_kernels: list[dict[str, Any]] = Field(description="weight-only kernels, run once per weight set")
+    listing: str = Field(description="human-readable kernel program, one block per kernel")
     estimate: Estimate
     validation: Validation
     report: dict[str, Any]

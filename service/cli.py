@@ -55,7 +55,10 @@ def _optimize(args: argparse.Namespace) -> int:
     hardware = args.hardware or request.get("hardware")
     response = optimize_program(request["program"], server=args.server, hardware=hardware,
                                 options=request.get("options"))
-    print(json.dumps(response, indent=2) if args.json else _summary(response))
+    if args.listing:
+        print(response["listing"], end="")
+    else:
+        print(json.dumps(response, indent=2) if args.json else _summary(response))
     return 0
 
 
@@ -162,6 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--hardware", metavar="NAME", help="profile name (default: the file's, else the default)")
     opt.add_argument("--server", metavar="URL", help="POST to this server instead of running in-process")
     opt.add_argument("--json", action="store_true", help="print the whole response")
+    opt.add_argument("--listing", action="store_true", help="print the kernel program listing")
     opt.set_defaults(run=_optimize)
 
     sw = commands.add_parser("sweep", help="optimize a program over a grid of hardware parameters")

@@ -11,24 +11,23 @@ import time
 from contextlib import contextmanager
 from typing import Any
 
-from costmodel.egraph_view import EGraphView, ENode, view_egraph
-from costmodel.extract import Extraction, extract_greedy_dag
+from costmodel.egraph_view import EGraphView, view_egraph
+from costmodel.extract import Exclusive, Extraction, Requires, drop_dominated, extract_greedy_dag
 from costmodel.ilp import extract_auto, extract_ilp
-from costmodel.op_cost import standalone_time
+from costmodel.kernel_cost import NodeCoster, gemm_exclusive_groups, tee_requirements
 from costmodel.profile import HardwareProfile, load_profile, profile_from_dict
-from lowering.emit import LEAF_OPS, ExtractionCycle, emit_program, node_equation
+from lowering.emit import ExtractionCycle, emit_program
 from lowering.kernels import KernelProgram, build_kernel_program, lower_bound
+from lowering.listing import kernel_listing
 from lowering.to_jax import typecheck
 from lowering.validate import validate
-from rewrites.ingest import ingest
-from rewrites.params import ParamsTable
-from rewrites.schedule import NO_RULES, SCHEDULES, Budget, saturate
+from rewrites.ingest import LoadedProgram, ingest
+from rewrites.schedule import FUSION_ONLY, NO_RULES, SCHEDULES, Budget, saturate
 from service.control_flow import optimize_nested
 from service.options import OptimizeOptions
 from service.settings import get_settings
 
 VERSION = "0.1.0"
-NODE_EPSILON_S = 1e-12  # per e-node: among equal-cost programs, prefer the one with fewer ops
 
 
 def resolve_profile(hardware: str | dict | HardwareProfile | None) -> HardwareProfile:
@@ -67,22 +66,6 @@ def static_classes(view: EGraphView, program: dict) -> set[str]:
     return static
 
 
-def node_coster(view: EGraphView, table: ParamsTable, profile: HardwareProfile, static: set[str]):
-    """Per-node cost for extraction (`standalone_time`); weight-only work is free per call."""
-
-    def cost(node: ENode) -> float:
-        if node.op in LEAF_OPS:
-            return 0.0
-        if all(c in static for c in node.children) and node.op != "opaque":
-            return NODE_EPSILON_S
-        cls = view.classes[node.eclass]
-        op, params = node_equation(node, cls, table)
-        ins = [(view.classes[c].shape, view.classes[c].dtype) for c in node.children]
-        return standalone_time(profile, op, params, ins, (cls.shape, cls.dtype)) + NODE_EPSILON_S
-
-    return cost
-
-
 @contextmanager
 def _stage(timings: dict[str, float], name: str):
     start = time.perf_counter()
@@ -101,14 +84,31 @@ AUTO_ILP_NODE_BUDGET = 5_000  # beyond this the ILP rarely proves anything in th
 AUTO_ILP_TIME_FRACTION = 0.25  # of the request's time limit, capped below
 
 
-def _extract(view: EGraphView, cost, options: OptimizeOptions, time_limit_s: float) -> Extraction:
+def _extract(view: EGraphView, cost, options: OptimizeOptions, time_limit_s: float,
+             exclusive: Exclusive, requires: Requires) -> Extraction:
     """`ilp` gets the whole time limit; `auto` gives it a quarter (at most 2 s) and keeps greedy's
     answer when the ILP cannot beat it in time (e.g. symmetric commutativity-heavy e-graphs)."""
     if options.extraction == "greedy":
-        return extract_greedy_dag(view, cost)
+        return extract_greedy_dag(view, cost, exclusive, requires)
     if options.extraction == "ilp":
-        return extract_ilp(view, cost, time_limit_s=time_limit_s)
-    return extract_auto(view, cost, min(2.0, AUTO_ILP_TIME_FRACTION * time_limit_s), AUTO_ILP_NODE_BUDGET)
+        return extract_ilp(view, cost, time_limit_s=time_limit_s, exclusive=exclusive, requires=requires)
+    return extract_auto(view, cost, min(2.0, AUTO_ILP_TIME_FRACTION * time_limit_s), AUTO_ILP_NODE_BUDGET,
+                        exclusive, requires)
+
+
+def _extract_stage(loaded: LoadedProgram, profile: HardwareProfile, program: dict, options: OptimizeOptions,
+                   fusion_proxy: bool) -> tuple[EGraphView, Extraction]:
+    """Serialize, price and extract. With `fusion_proxy` (the algebra stage, which has no kernel
+    nodes yet) vector ops are priced as fused epilogues, anticipating the fusion stage."""
+    view = view_egraph(loaded.egraph)
+    coster = NodeCoster(view, loaded.params, profile, static_classes(view, program), fusion_proxy)
+    node_cost = {n.id: coster(n) for c in view.classes.values() for n in c.nodes}
+    exclusive, requires = gemm_exclusive_groups(view), tee_requirements(view)
+    candidates = drop_dominated(view, node_cost, exclusive, requires)
+    extraction = _extract(candidates, lambda n: node_cost[n.id], options, _budget(options).time_limit_s,
+                          exclusive, requires)
+    extraction.candidates = candidates.enode_count
+    return view, extraction
 
 
 def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | None = None,
@@ -127,16 +127,28 @@ def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | N
         schedule = SCHEDULES[options.fp_mode] if options.rules else NO_RULES
         saturation = saturate(loaded.egraph, schedule, _budget(options))
     with _stage(timings, "extract"):
-        view = view_egraph(loaded.egraph)
-        extraction = _extract(view, node_coster(view, loaded.params, profile, static_classes(view, program)),
-                              options, _budget(options).time_limit_s)
+        view, algebra = _extract_stage(loaded, profile, program, options, fusion_proxy=True)
+        fused = ingest(nested, [emit_program(view, algebra.choice, loaded.params, nested, keep_consts=True).program])
+    with _stage(timings, "fuse"):
+        fusion = saturate(fused.egraph, FUSION_ONLY if options.rules else NO_RULES, _budget(options))
+    with _stage(timings, "extract_kernels"):
+        kernel_view, extraction = _extract_stage(fused, profile, program, options, fusion_proxy=False)
     notes: list[str] = []
+    fusion_report: dict[str, Any] = {"chosen": "none"}
     with _stage(timings, "lower"):
         naive = build_kernel_program(program, profile, fuse=False)
         baseline = build_kernel_program(program, profile, fuse=True)
         try:
-            candidate = emit_program(view, extraction.choice, loaded.params, program)
-            lowered = build_kernel_program(candidate, profile, fuse=True)
+            emitted = emit_program(kernel_view, extraction.choice, fused.params, program)
+            candidate = emitted.program
+            lowered = build_kernel_program(candidate, profile, groups=emitted.groups)
+            # The conventional policy over the algebraic optimum, kept when the e-graph's kernels
+            # (single-root bodies of <= MAX_BODY_OPS ops, multi-output only via the ILP) lose to it.
+            algebraic = emit_program(view, algebra.choice, loaded.params, program).program
+            greedy = build_kernel_program(algebraic, profile, fuse=True)
+            fusion_report = {"egraph_s": lowered.total.time_s, "greedy_s": greedy.total.time_s, "chosen": "egraph"}
+            if greedy.total.time_s < lowered.total.time_s:
+                candidate, lowered, fusion_report["chosen"] = algebraic, greedy, "greedy"
         except ExtractionCycle as err:
             candidate, lowered = program, baseline
             notes.append(f"extraction produced a cycle ({err}); returning the original program")
@@ -154,15 +166,18 @@ def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | N
         "id": request_id(program, profile, options),
         "program": candidate,
         "kernels": [k.to_dict() for k in lowered.kernels],
+        "precompute_kernels": [k.to_dict() for k in lowered.precompute],
+        "listing": kernel_listing(lowered, profile.name),
         "estimate": _estimates(profile, naive, baseline, lowered, [program, candidate]),
         "validation": validation,
         "report": {
-            "rewrites": saturation.rules_fired,
+            "rewrites": {**saturation.rules_fired, **fusion.rules_fired},
             "egraph": {"enodes": view.enode_count, "eclasses": len(view.classes),
-                       "iterations": saturation.iterations, "stop_reason": saturation.stop_reason},
-            "extraction": {"method": extraction.method, "cost_s": extraction.cost,
-                           "optimality_gap": getattr(extraction, "optimality_gap", None),
-                           "status": getattr(extraction, "status", "heuristic")},
+                       "iterations": saturation.iterations, "stop_reason": _stop_reason(saturation, fusion),
+                       "fusion": {"enodes": kernel_view.enode_count, "eclasses": len(kernel_view.classes),
+                                  "candidate_enodes": extraction.candidates, "rounds": fusion.iterations}},
+            "extraction": {**_extraction_report(extraction), "algebra": _extraction_report(algebra)},
+            "fusion": fusion_report,
             "equations": {"original": len(program["eqns"]), "optimized": len(candidate["eqns"])},
             "timings_s": timings,
             "notes": notes,
@@ -170,6 +185,16 @@ def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | N
         },
         "cache": "miss",
     }
+
+
+def _stop_reason(saturation, fusion) -> str:
+    return fusion.stop_reason if fusion.stop_reason == "time_limit" else saturation.stop_reason
+
+
+def _extraction_report(extraction: Extraction) -> dict[str, Any]:
+    return {"method": extraction.method, "cost_s": extraction.cost, "candidate_enodes": extraction.candidates,
+            "optimality_gap": getattr(extraction, "optimality_gap", None),
+            "status": getattr(extraction, "status", "heuristic")}
 
 
 def _estimates(profile: HardwareProfile, naive: KernelProgram, baseline: KernelProgram,

@@ -24,6 +24,7 @@ from typing import Any
 
 from costmodel.profile import HardwareProfile
 from lowering.kernels import build_kernel_program
+from lowering.listing import kernel_listing
 from service import pipeline
 from service.options import OptimizeOptions
 from service.settings import Settings
@@ -156,6 +157,8 @@ def unoptimized_response(program: dict[str, Any], hardware: str | dict | Hardwar
         "id": pipeline.request_id(program, profile, options),
         "program": program,
         "kernels": [k.to_dict() for k in baseline.kernels],
+        "precompute_kernels": [k.to_dict() for k in baseline.precompute],
+        "listing": kernel_listing(baseline, profile.name),
         # the private helper keeps this response's estimate block identical in shape to optimize()'s
         "estimate": pipeline._estimates(profile, naive, baseline, baseline, [program]),
         "validation": {"status": "skipped", "max_rel_error": None, "trials": 0},

@@ -222,7 +222,8 @@ def test_ilp_on_a_real_qkv_egraph():
     from rewrites.ingest import ingest
     from rewrites.schedule import SCHEDULES, Budget, saturate
     from service.capture import capture
-    from service.pipeline import node_coster, static_classes
+    from costmodel.kernel_cost import NodeCoster
+    from service.pipeline import static_classes
 
     x, w = jnp.zeros((64, 96), jnp.float32), jnp.zeros((96, 40), jnp.float32)
     program = capture(lambda x, wq, wk, wv: (x @ wq, x @ wk, x @ wv), x, w, w, w,
@@ -230,7 +231,7 @@ def test_ilp_on_a_real_qkv_egraph():
     loaded = ingest(program)
     saturate(loaded.egraph, SCHEDULES["real"], Budget())
     view = view_egraph(loaded.egraph)
-    cost = node_coster(view, loaded.params, load_profile("optu-v1"), static_classes(view, program))
+    cost = NodeCoster(view, loaded.params, load_profile("optu-v1"), static_classes(view, program), fusion_proxy=True)
     table = {n.id: cost(n) for c in view.classes.values() for n in c.nodes}
     greedy = extract_greedy_dag(view, cost)
     result = extract_ilp(view, cost, warm_start=greedy)

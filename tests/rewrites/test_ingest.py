@@ -76,7 +76,7 @@ def roundtrip(program: dict) -> tuple[dict, Saturated]:
     report = saturate(loaded.egraph, NO_RULES, Budget())
     view = view_egraph(loaded.egraph)
     extraction = extract_greedy_dag(view, lambda node: 1.0)
-    emitted = emit_program(view, extraction.choice, loaded.params, program)
+    emitted = emit_program(view, extraction.choice, loaded.params, program).program
     return emitted, Saturated(loaded, view, report, program)
 
 

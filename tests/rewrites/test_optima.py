@@ -7,19 +7,22 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from costmodel.op_cost import standalone_time
+from costmodel.kernel_cost import NODE_EPSILON_S, fused_estimate
+from costmodel.op_cost import nbytes, op_cost
 from costmodel.profile import load_profile
 from service.capture import capture
-from service.pipeline import NODE_EPSILON_S, optimize
+from service.pipeline import optimize
 
 PROFILE = load_profile("optu-v1")
 DOT = {"dimension_numbers": [[[1], [0]], [[], []]]}
 
 
 def matmul_time(m: int, k: int, n: int) -> float:
-    """The extraction's price of one (m x k) @ (k x n) product (the DP uses the same function)."""
-    return standalone_time(PROFILE, "dot_general", DOT, [((m, k), "float32"), ((k, n), "float32")],
-                           ((m, n), "float32")) + NODE_EPSILON_S
+    """The extraction's price of one (m x k) @ (k x n) product as its own kernel (the DP uses the
+    same function)."""
+    ins, out = [((m, k), "float32"), ((k, n), "float32")], ((m, n), "float32")
+    gemm = op_cost(PROFILE, "dot_general", DOT, ins, out)
+    return fused_estimate(PROFILE, [gemm], sum(nbytes(a) for a in ins), nbytes(out), 0).time_s + NODE_EPSILON_S
 
 
 def matrix_chain_optimum(dims: list[int]) -> float:

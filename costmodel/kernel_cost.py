@@ -1,0 +1,140 @@
+"""Extraction's price of an e-node: every chosen node is one kernel, fused or not.
+
+A plain op node is a kernel of one op: it reads its operands from HBM and writes its value. A
+`kernel` node (rewrites/fusion.py) computes its whole body in one kernel: it reads the values its
+body reads and writes its value; the body's other values stay in SRAM, or spill when they do not
+fit. So a value materialized once pays its write once and a read per reader, and a value absorbed
+by two kernels is computed in both. `fused_estimate` is the same formula the kernel program's
+estimates use (lowering/kernels.py), so extraction and the reported estimates agree.
+
+Layout-only ops are views: a kernel reads through them at the size of their source, and lowering
+folds them into their readers.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from costmodel.egraph_view import BodyNode, EClass, EGraphView, ENode
+from costmodel.formulas import Estimate, kernel_estimate
+from costmodel.op_cost import FREE_OPS, Aval, OpCost, nbytes, op_cost
+from costmodel.profile import HardwareProfile
+from lowering.emit import LEAF_OPS, node_equation
+from rewrites.params import ParamsTable
+
+NODE_EPSILON_S = 1e-10  # per e-node: among equal-cost programs, prefer the one with fewer ops (above the
+# ILP's relative gap on launch-bound programs, where kernels cost ~1 us each)
+# Views: no kernel of their own; a kernel reading one reads (part of) its source. Static slices
+# are views too (a strided read of the sliced block), which is what lets a merged GEMM feed its
+# consumers without a copy kernel per slice.
+VIEW_OPS = FREE_OPS | {"slice"}
+VIEW_TERMS = frozenset(["reshape", "broadcast", "squeeze", "expand_dims", "slice"])  # term ops lowered to VIEW_OPS
+
+
+def fused_estimate(profile: HardwareProfile, parts: list[OpCost], read_bytes: int, write_bytes: int,
+                   intermediate_bytes: int, inputs: int = 1, outputs: int = 1) -> Estimate:
+    """One kernel: its ops' compute, the HBM bytes crossing its boundary (over `inputs` and
+    `outputs` buffers), and intermediates that do not fit in SRAM going out and back."""
+    hbm = read_bytes + write_bytes + 2 * max(0, intermediate_bytes - profile.memory.sram_bytes)
+    compute = sum(c.time_s for c in parts)
+    bound = max(parts, key=lambda c: c.time_s).bound if compute > 0 else "vector"
+    return kernel_estimate(profile, compute, sum(c.energy_j for c in parts), sum(c.flops for c in parts), hbm, bound,
+                           inputs, outputs)
+
+
+def class_bytes(cls: EClass) -> int:
+    return nbytes((cls.shape, cls.dtype))
+
+
+def read_bytes(view: EGraphView) -> dict[str, int]:
+    """Bytes a kernel reads for each class: the smallest source reachable through view nodes
+    (a broadcast bias is read at the bias's size)."""
+    result = {cid: class_bytes(cls) for cid, cls in view.classes.items()}
+    changed = True
+    while changed:  # views only shrink what is read; a fixpoint over view edges
+        changed = False
+        for cid, cls in view.classes.items():
+            for node in cls.nodes:
+                if node.op in VIEW_TERMS and node.children and result[node.children[0]] < result[cid]:
+                    result[cid] = result[node.children[0]]
+                    changed = True
+    return result
+
+
+KERNEL_OPS = frozenset(["kernel", "kernel_tee"])  # nodes that compute a fused body
+
+
+def inlined_gemms(node: ENode) -> list[str]:
+    """Classes of the GEMMs a kernel node computes inside itself."""
+    if node.op not in KERNEL_OPS:
+        return []
+    return [b.eclass for b in node.attrs[0].walk() if b.op in ("dot", "conv")]
+
+
+def gemm_exclusive_groups(view: EGraphView) -> list[tuple[frozenset[str], frozenset[str]]]:
+    """A GEMM is computed at most once, whatever the profile: per GEMM class, (its own computing
+    nodes, the kernel nodes inlining it), of which a chosen program uses at most one
+    (costmodel/extract.py). A `tee_out` computes nothing: it reads what its kernel wrote."""
+    groups: dict[str, set[str]] = {}
+    for cls in view.classes.values():
+        for node in cls.nodes:
+            for gemm in inlined_gemms(node):
+                groups.setdefault(gemm, set()).add(node.id)
+    return [(frozenset(n.id for n in view.classes[cid].nodes if n.op != "tee_out"), frozenset(ids))
+            for cid, ids in sorted(groups.items())]
+
+
+def tee_requirements(view: EGraphView) -> list[tuple[str, str]]:
+    """(tee_out node, the kernel_tee node that writes its value): the first needs the second."""
+    writers = {n.attrs: n.id for c in view.classes.values() for n in c.nodes if n.op == "kernel_tee"}
+    return [(n.id, writers[n.attrs]) for c in view.classes.values() for n in c.nodes
+            if n.op == "tee_out" and n.attrs in writers]
+
+
+class NodeCoster:
+    """Per-node kernel time for extraction; weight-only work is free per call (precomputed).
+
+    The algebra stage has no kernel nodes yet; it prices with `fusion_proxy`: a vector op as an
+    epilogue fused into its producer (its compute only), which is what the fusion stage makes
+    possible, so the algebra is not biased against elementwise work."""
+
+    def __init__(self, view: EGraphView, table: ParamsTable, profile: HardwareProfile, static: set[str],
+                 fusion_proxy: bool = False):
+        self.view, self.table, self.profile, self.static = view, table, profile, static
+        self.fusion_proxy = fusion_proxy  # price vector ops as fused epilogues: compute only
+        self.reads = read_bytes(view)
+
+    def aval(self, cid: str) -> Aval:
+        cls = self.view.classes[cid]
+        return cls.shape, cls.dtype
+
+    def op_cost(self, op_node: ENode | BodyNode, operands: Iterable[str]) -> tuple[str, OpCost]:
+        op, params = node_equation(op_node, self.view.classes[op_node.eclass], self.table)
+        return op, op_cost(self.profile, op, params, [self.aval(c) for c in operands], self.aval(op_node.eclass))
+
+    def __call__(self, node: ENode) -> float:
+        if node.op in LEAF_OPS:
+            return 0.0
+        if node.op == "tee_out" or (node.op != "opaque" and all(c in self.static for c in node.children)):
+            return NODE_EPSILON_S  # a tee_out's kernel pays its write
+        return self.estimate(node).time_s + NODE_EPSILON_S
+
+    def estimate(self, node: ENode) -> Estimate:
+        write = class_bytes(self.view.classes[node.eclass])
+        if node.op in KERNEL_OPS:
+            ops = node.attrs[0].walk()
+            written = {node.attrs[1]} if node.op == "kernel_tee" else set()
+            parts = [self.op_cost(b, [o.eclass for o in b.operands])[1] for b in ops]
+            inside = sum(class_bytes(self.view.classes[b.eclass]) for b in ops[:-1]
+                         if b.op not in VIEW_TERMS and b not in written)
+            write += sum(class_bytes(self.view.classes[b.eclass]) for b in written)
+            reads = sum(self.reads[c] for c in node.children)
+            return fused_estimate(self.profile, parts, reads, write, inside, len(node.children), 1 + len(written))
+        op, cost = self.op_cost(node, node.children)
+        if op in VIEW_OPS:
+            return Estimate(0.0, 0.0, 0, 0.0, "vector")  # a view: its readers read its source
+        if self.fusion_proxy and cost.kind == "vector":
+            return Estimate(cost.time_s, cost.energy_j, 0, cost.flops, cost.bound)
+        reads = sum(self.reads[c] for c in node.children)
+        if cost.kind == "host":
+            reads = sum(class_bytes(self.view.classes[c]) for c in node.children)
+        return fused_estimate(self.profile, [cost], reads, write, 0, len(node.children))
