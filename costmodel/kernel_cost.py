@@ -116,7 +116,8 @@ class NodeCoster:
             return 0.0
         if node.op == "tee_out" or (node.op != "opaque" and all(c in self.static for c in node.children)):
             return NODE_EPSILON_S  # a tee_out's kernel pays its write
-        return self.estimate(node).time_s + NODE_EPSILON_S
+        ops = len(node.attrs[0].walk()) if node.op in KERNEL_OPS else 1
+        return self.estimate(node).time_s + NODE_EPSILON_S * ops  # ties: fewer ops (hidden under HBM time)
 
     def estimate(self, node: ENode) -> Estimate:
         write = class_bytes(self.view.classes[node.eclass])

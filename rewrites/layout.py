@@ -14,7 +14,7 @@ from rewrites.terms import Term, dtype, shape
 
 LAYOUT = Family("layout")
 
-x, y, outer = vars_("x y outer", Term)
+x, y, outer, inner = vars_("x y outer inner", Term)
 p, q, s, a, b, dims, st, st2, s2 = vars_("p q s a b dims st st2 s2", Vec[i64])
 e, e2, dim = vars_("e e2 dim", i64)
 d = var("d", String)
@@ -102,3 +102,10 @@ for n in range(1, MAX_RANK + 1):
 # already equations of the program by the time it reaches the optimizer)
 LAYOUT.add("copy-identity", "exact", rewrite(Term.unary("copy", x, e)).to(x),
            rewrite(Term.unary("stop_gradient", x, e)).to(x))
+# concat(concat(xs), y) -> concat(xs..., y): a stack built by pairwise merges becomes one copy
+# instead of a chain of copies (each its own kernel)
+pair = var("pair", Vec[Term])
+LAYOUT.add("concat-flatten", "exact",
+           rule(eq(outer).to(Term.concat(pair, dim)), eq(pair.length()).to(i64(2)), eq(inner).to(pair[i64(0)]),
+                eq(y).to(pair[i64(1)]), eq(inner).to(Term.concat(parts, dim)))
+           .then(union(outer).with_(Term.concat(parts.push(y), dim))))

@@ -21,8 +21,8 @@ from rewrites.registry import FpMode, rule_names_by_decl
 
 SINGLE_PATTERN = [ALGEBRA, LAYOUT, MATMUL, IDIOMS]
 MULTI_PATTERN = [MERGE]  # merges run a bounded number of rounds: they feed on their own output
-ALL_FAMILIES = [*SINGLE_PATTERN, *MULTI_PATTERN, FUSION]
-_RULE_NAMES = rule_names_by_decl(ALL_FAMILIES)
+ALL_FAMILIES = [*SINGLE_PATTERN, *MULTI_PATTERN]  # the algebra; fusion runs as its own stage
+_RULE_NAMES = rule_names_by_decl([*ALL_FAMILIES, FUSION])
 
 
 @dataclass(frozen=True)

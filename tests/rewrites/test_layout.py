@@ -170,6 +170,15 @@ def slice_of_concat(x, y, axis, part):
 
 
 @st.composite
+def three_parts(draw):
+    """x, y, z differing only along `axis`."""
+    s = draw(layout_shape(max_rank=3))
+    axis = draw(st.integers(0, len(s) - 1))
+    shapes = [tuple(draw(st.integers(1, 5)) if k == axis else n for k, n in enumerate(s)) for _ in range(3)]
+    return shapes, {"axis": axis}
+
+
+@st.composite
 def one_perm(draw):
     """A full reduction's operand and a non-identity permutation (else transpose-identity applies)."""
     s = draw(layout_shape(min_rank=2, max_rank=4))
@@ -208,6 +217,8 @@ CASES: dict[str, RuleCase] = {
         lambda x, a, b, lo, hi: lax.slice(lax.slice(x, a, b), lo, hi),
         lambda x, a, b, lo, hi: lax.slice(x, [i + j for i, j in zip(a, lo)], [i + j for i, j in zip(a, hi)]),
         two_slices()),
+    "concat-flatten": RuleCase(lambda x, y, z, axis: jnp.concatenate([jnp.concatenate([x, y], axis), z], axis),
+                               lambda x, y, z, axis: jnp.concatenate([x, y, z], axis), three_parts()),
     "slice-of-concat": RuleCase(slice_of_concat, lambda x, y, axis, part: (x, y)[part], concat_parts()),
     "reduce-sum-of-transpose": RuleCase(lambda x, p: jnp.sum(transpose(x, p)), lambda x, p: jnp.sum(x),
                                         one_perm()),
