@@ -314,6 +314,7 @@ def write_cpu_host_profile(measured: dict[str, Any], path: str | Path = PROFILES
          f"({BUFFERS[0]} and {BUFFERS[1]}) of a jitted sum of 16-element arrays"),
         (f"output_overhead_s = {_num(measured['overhead']['outputs_s'])}  # {by}: slope of t vs outputs "
          f"({BUFFERS[0]} and {BUFFERS[1]}) of a jitted call returning 16-element arrays"),
+        "precompute_weights = false  # a plain jax.jit recomputes weight-only work on every call",
         (f"loop_iteration_s = {_num(measured['loop']['iteration_s'])}  # {by}: slope of t vs length of a scan "
          f"({LOOP_TRIPS[0]} and {LOOP_TRIPS[1]}) with a 4x32 multiply-add body, less the body's flops"),
         "",

@@ -136,6 +136,9 @@ class KernelParams(_Section):
     # setting up each further transfer (a DMA descriptor; on a CPU, handing over or allocating it).
     input_overhead_s: NonNegative = 0.0
     output_overhead_s: NonNegative = 0.0
+    # Whether weight-only work runs once per weight set, ahead of the calls (a deployment step on
+    # the OPTU). False where nothing does that: a plain jax.jit recomputes it on every call.
+    precompute_weights: bool = True
 
 
 class HardwareProfile(_Section):

@@ -59,10 +59,11 @@ def avals_of(program: dict[str, Any]) -> dict[str, Aval]:
     return avals
 
 
-def static_names(program: dict[str, Any]) -> set[str]:
-    """Values computable from weights and constants alone."""
+def static_names(program: dict[str, Any], weights: bool = True) -> set[str]:
+    """Values computable from constants, and from weights too when `weights` (the profile
+    precomputes weight-only work)."""
     static = {c["name"] for c in program.get("consts", [])}
-    static |= {i["name"] for i in program["inputs"] if i.get("role") == "weight"}
+    static |= {i["name"] for i in program["inputs"] if weights and i.get("role") == "weight"}
     for eqn in program["eqns"]:
         names = [a for a in eqn["in"] if isinstance(a, str)]
         if all(a in static for a in names):
@@ -81,7 +82,7 @@ def build_kernel_program(program: dict[str, Any], profile: HardwareProfile, fuse
                          groups: list[list[int]] | None = None) -> KernelProgram:
     """Kernels of `program`: the given `groups` of equation indices, else greedy fusion (`fuse`)
     or one kernel per equation."""
-    avals, static = avals_of(program), static_names(program)
+    avals, static = avals_of(program), static_names(program, profile.kernel.precompute_weights)
     costs = [eqn_cost(profile, e, avals) for e in program["eqns"]]
     placer = _Placer(program, costs)
     if groups is None:
@@ -221,7 +222,7 @@ def lower_bound(programs: list[dict[str, Any]], profile: HardwareProfile) -> Est
     flops = min(sum(eqn_cost(profile, e, avals_of(p)).flops for e in p["eqns"]
                     if e["op"] in ("dot_general", "conv_general_dilated")) for p in programs)
     program, avals = programs[0], avals_of(programs[0])
-    static = static_names(program)
+    static = static_names(program, profile.kernel.precompute_weights)
     moved = sum(nbytes(avals[i["name"]]) for i in program["inputs"] if i["name"] not in static)
     moved += sum(nbytes(avals[o]) for o in program["outputs"] if isinstance(o, str))
     hbm_s = moved / profile.memory.hbm_bw_bytes_per_s

@@ -43,10 +43,11 @@ def request_id(program: dict, profile: HardwareProfile, options: OptimizeOptions
     return hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 
-def static_classes(view: EGraphView, program: dict) -> set[str]:
-    """E-classes computable from weights and constants alone (precomputed once, free per call)."""
+def static_classes(view: EGraphView, program: dict, precompute_weights: bool = True) -> set[str]:
+    """E-classes computable from constants, and from weights when the profile precomputes
+    weight-only work (then free per call)."""
     n_inputs = len(program["inputs"])
-    weights = {i for i, s in enumerate(program["inputs"]) if s.get("role") == "weight"}
+    weights = {i for i, s in enumerate(program["inputs"]) if precompute_weights and s.get("role") == "weight"}
     static: set[str] = set()
     changed = True
     while changed:
@@ -81,18 +82,22 @@ def _budget(options: OptimizeOptions) -> Budget:
 
 
 AUTO_ILP_NODE_BUDGET = 5_000  # beyond this the ILP rarely proves anything in the time it gets
+# Kernel e-graphs are harder (exclusive GEMMs, tee requirements, weak LP bounds): at 1.2-1.8k
+# candidates (transformer layer, MLP training step) 30 s of HiGHS never beat greedy's start,
+# while a 336-candidate RNN proves optimal in 0.1 s.
+AUTO_FUSION_ILP_NODE_BUDGET = 1_000
 AUTO_ILP_TIME_FRACTION = 0.25  # of the request's time limit, capped below
 
 
 def _extract(view: EGraphView, cost, options: OptimizeOptions, time_limit_s: float,
-             exclusive: Exclusive, requires: Requires) -> Extraction:
+             exclusive: Exclusive, requires: Requires, node_budget: int) -> Extraction:
     """`ilp` gets the whole time limit; `auto` gives it a quarter (at most 2 s) and keeps greedy's
     answer when the ILP cannot beat it in time (e.g. symmetric commutativity-heavy e-graphs)."""
     if options.extraction == "greedy":
         return extract_greedy_dag(view, cost, exclusive, requires)
     if options.extraction == "ilp":
         return extract_ilp(view, cost, time_limit_s=time_limit_s, exclusive=exclusive, requires=requires)
-    return extract_auto(view, cost, min(2.0, AUTO_ILP_TIME_FRACTION * time_limit_s), AUTO_ILP_NODE_BUDGET,
+    return extract_auto(view, cost, min(2.0, AUTO_ILP_TIME_FRACTION * time_limit_s), node_budget,
                         exclusive, requires)
 
 
@@ -101,12 +106,13 @@ def _extract_stage(loaded: LoadedProgram, profile: HardwareProfile, program: dic
     """Serialize, price and extract. With `fusion_proxy` (the algebra stage, which has no kernel
     nodes yet) vector ops are priced as fused epilogues, anticipating the fusion stage."""
     view = view_egraph(loaded.egraph)
-    coster = NodeCoster(view, loaded.params, profile, static_classes(view, program), fusion_proxy)
+    coster = NodeCoster(view, loaded.params, profile, static_classes(view, program, profile.kernel.precompute_weights),
+                        fusion_proxy)
     node_cost = {n.id: coster(n) for c in view.classes.values() for n in c.nodes}
     exclusive, requires = gemm_exclusive_groups(view), tee_requirements(view)
     candidates = drop_dominated(view, node_cost, exclusive, requires)
     extraction = _extract(candidates, lambda n: node_cost[n.id], options, _budget(options).time_limit_s,
-                          exclusive, requires)
+                          exclusive, requires, AUTO_ILP_NODE_BUDGET if fusion_proxy else AUTO_FUSION_ILP_NODE_BUDGET)
     extraction.candidates = candidates.enode_count
     return view, extraction
 

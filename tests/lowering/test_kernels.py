@@ -52,3 +52,13 @@ def test_elementwise_chain_is_memory_bound_when_hbm_is_slow():
     kernel = build_kernel_program(capture(lambda x: jnp.exp(x) + 1.0, x), slow_hbm).kernels[0]
     assert kernel.estimate.bound == "memory"
     assert kernel.estimate.time_s >= 2 * x.nbytes / 1e9
+
+
+def test_weight_only_work_runs_per_call_where_the_profile_does_not_precompute_weights():
+    w = np.ones((64, 64), np.float32)
+    program = capture(lambda x, w: x @ (w.T * 2.0), np.ones((8, 64), np.float32), w, weight_argnums=(1,))
+    plain_jit = with_overrides(PROFILE, {"kernel.precompute_weights": False})
+    kernels = build_kernel_program(program, plain_jit)
+    assert kernels.precompute == []
+    assert sorted(op for k in kernels.kernels for op in k.ops) == ["dot_general", "mul", "transpose"]
+    assert kernels.total.time_s > build_kernel_program(program, PROFILE).total.time_s
