@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from egglog import EGraph
 
@@ -28,37 +29,31 @@ class ENode:
     children: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class BodyNode:
     """One op inside a fused kernel's body. `op` and `attrs` are those of the Term constructor it
     mirrors; `operands` its body operands; `eclass` the Term class whose value it computes (for
-    `arg`: the class it reads)."""
+    `arg`: the class it reads). Decoding makes one object per Body class, so identity is
+    structural equality (and hashing a deep body costs nothing)."""
 
     op: str
     attrs: tuple
     operands: tuple[BodyNode, ...]
     eclass: str
 
-    def reads(self) -> list[str]:
+    @cached_property
+    def reads(self) -> tuple[str, ...]:
         """Classes read by the body, in first-use order."""
         if self.op == "arg":
-            return [self.eclass]
-        return list(dict.fromkeys(c for o in self.operands for c in o.reads()))
+            return (self.eclass,)
+        return tuple(dict.fromkeys(c for o in self.operands for c in o.reads))
 
-    def walk(self) -> list[BodyNode]:
+    @cached_property
+    def ops(self) -> tuple[BodyNode, ...]:
         """Ops of the body (no args), operands first; a shared subtree appears once."""
-        seen: dict[BodyNode, None] = {}
-        stack: list[tuple[BodyNode, bool]] = [(self, False)]
-        while stack:
-            node, expanded = stack.pop()
-            if node.op == "arg" or node in seen:
-                continue
-            if expanded:
-                seen[node] = None
-            else:
-                stack.append((node, True))
-                stack.extend((o, False) for o in reversed(node.operands))
-        return list(seen)
+        if self.op == "arg":
+            return ()
+        return tuple(dict.fromkeys([*(b for o in self.operands for b in o.ops), self]))
 
 
 @dataclass
@@ -141,7 +136,7 @@ def view_egraph(egraph: EGraph) -> EGraphView:
             if any(o.op != "arg" for o in trees[0].operands):  # a kernel of one op is its plain node
                 cid = node["eclass"]
                 # tee_out depends on the kernel that writes it, in the class of that kernel's body
-                children = (trees[0].eclass,) if op == "Term.tee_out" else tuple(trees[0].reads())
+                children = (trees[0].eclass,) if op == "Term.tee_out" else trees[0].reads
                 classes.setdefault(cid, EClass(cid)).nodes.append(
                     ENode(node_id, op[len(TERM_PREFIX):], cid, trees, children))
         elif op.startswith(TERM_PREFIX):

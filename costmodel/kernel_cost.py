@@ -67,7 +67,7 @@ def inlined_gemms(node: ENode) -> list[str]:
     """Classes of the GEMMs a kernel node computes inside itself."""
     if node.op not in KERNEL_OPS:
         return []
-    return [b.eclass for b in node.attrs[0].walk() if b.op in ("dot", "conv")]
+    return [b.eclass for b in node.attrs[0].ops if b.op in ("dot", "conv")]
 
 
 def gemm_exclusive_groups(view: EGraphView) -> list[tuple[frozenset[str], frozenset[str]]]:
@@ -116,13 +116,13 @@ class NodeCoster:
             return 0.0
         if node.op == "tee_out" or (node.op != "opaque" and all(c in self.static for c in node.children)):
             return NODE_EPSILON_S  # a tee_out's kernel pays its write
-        ops = len(node.attrs[0].walk()) if node.op in KERNEL_OPS else 1
+        ops = len(node.attrs[0].ops) if node.op in KERNEL_OPS else 1
         return self.estimate(node).time_s + NODE_EPSILON_S * ops  # ties: fewer ops (hidden under HBM time)
 
     def estimate(self, node: ENode) -> Estimate:
         write = class_bytes(self.view.classes[node.eclass])
         if node.op in KERNEL_OPS:
-            ops = node.attrs[0].walk()
+            ops = node.attrs[0].ops
             written = {node.attrs[1]} if node.op == "kernel_tee" else set()
             parts = [self.op_cost(b, [o.eclass for o in b.operands])[1] for b in ops]
             inside = sum(class_bytes(self.view.classes[b.eclass]) for b in ops[:-1]

@@ -126,7 +126,7 @@ def emit_program(view: EGraphView, choice: dict[str, ENode], table: ParamsTable,
 
     def emit_body(node: ENode) -> str:
         root, local = node.attrs[0], {}
-        for body in root.walk():
+        for body in root.ops:
             local[body] = emit_op(body, [names[o.eclass] if o.op == "arg" else local[o] for o in body.operands])
         if node.op == "kernel_tee":
             teed[node.attrs] = local[node.attrs[1]]

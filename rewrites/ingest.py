@@ -137,9 +137,8 @@ def _opaque_extra(eqn: dict[str, Any], table: ParamsTable, literals: list | None
     return table.intern(entry)
 
 
-def ingest(program: dict[str, Any], alternatives: list[dict[str, Any]] = ()) -> LoadedProgram:
-    """Load a (type-checked) wire program into a fresh e-graph; each alternative (an equivalent
-    program over the same inputs and consts) is loaded too, its outputs unioned with the program's."""
+def ingest(program: dict[str, Any]) -> LoadedProgram:
+    """Load a (type-checked) wire program into a fresh e-graph."""
     egraph, table = EGraph(), ParamsTable()
     env: dict[str, Term] = {}
     analyses = []
@@ -188,35 +187,22 @@ def ingest(program: dict[str, Any], alternatives: list[dict[str, Any]] = ()) -> 
 
     for i, spec in enumerate([*program["inputs"], *program.get("consts", [])]):
         bind(spec["name"], Term.var(i), spec, f"x{i}")
-    leaves = dict(env)
-
-    def load_eqns(prog: dict[str, Any], let_prefix: str, number_merges: bool) -> list[Term]:
-        for i, eqn in enumerate(prog["eqns"]):
-            ins = eqn["in"]
-            if all(isinstance(a, str) or literal_roundtrips(a) for a in ins):
-                terms = encode_eqn(eqn, [arg_term(a) for a in ins], table)
-            else:
-                terms = _opaque_with_literal_args(eqn, table, env)
-            level = 1 + max((levels.get(a, 0) for a in ins if isinstance(a, str)), default=0)
-            for k, (term, spec) in enumerate(zip(terms, eqn["out"])):
-                bind(spec["name"], term, spec, f"{let_prefix}{i}_{k}")
-                levels[spec["name"]] = level
-            if not number_merges:
-                continue
-            if eqn["op"] == "dot_general" and len(ins) == 2 or _ungrouped_conv(eqn):
-                number_merge_candidates(eqn, level)
-            elif eqn["op"] == "concatenate":
-                concatenated.update(o["name"] for o in eqn["out"])
-        return [env[o] if isinstance(o, str) else arg_term(o) for o in prog["outputs"]]
-
-    roots = load_eqns(program, "e", number_merges=True)
-    unions = []
-    for k, alternative in enumerate(alternatives):
-        env.clear()
-        env.update(leaves)
-        levels.clear()
-        unions += [union(r).with_(a) for r, a in zip(roots, load_eqns(alternative, f"a{k}e", number_merges=False))]
-    commands = [*analyses, *(union(output(i)).with_(r) for i, r in enumerate(roots)), *unions]
+    for i, eqn in enumerate(program["eqns"]):
+        ins = eqn["in"]
+        if all(isinstance(a, str) or literal_roundtrips(a) for a in ins):
+            terms = encode_eqn(eqn, [arg_term(a) for a in ins], table)
+        else:
+            terms = _opaque_with_literal_args(eqn, table, env)
+        level = 1 + max((levels.get(a, 0) for a in ins if isinstance(a, str)), default=0)
+        for k, (term, spec) in enumerate(zip(terms, eqn["out"])):
+            bind(spec["name"], term, spec, f"e{i}_{k}")
+            levels[spec["name"]] = level
+        if eqn["op"] == "dot_general" and len(ins) == 2 or _ungrouped_conv(eqn):
+            number_merge_candidates(eqn, level)
+        elif eqn["op"] == "concatenate":
+            concatenated.update(o["name"] for o in eqn["out"])
+    roots = [env[o] if isinstance(o, str) else arg_term(o) for o in program["outputs"]]
+    commands = [*analyses, *(union(output(i)).with_(r) for i, r in enumerate(roots))]
     if commands:  # an empty program has none, and egglog's register needs at least one
         egraph.register(*commands)
     return LoadedProgram(egraph, table, program, len(roots), len(program["eqns"]))

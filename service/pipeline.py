@@ -82,10 +82,10 @@ def _budget(options: OptimizeOptions) -> Budget:
 
 
 AUTO_ILP_NODE_BUDGET = 5_000  # beyond this the ILP rarely proves anything in the time it gets
-# Kernel e-graphs are harder (exclusive GEMMs, tee requirements, weak LP bounds): at 1.2-1.8k
-# candidates (transformer layer, MLP training step) 30 s of HiGHS never beat greedy's start,
-# while a 336-candidate RNN proves optimal in 0.1 s.
-AUTO_FUSION_ILP_NODE_BUDGET = 1_000
+# Kernel e-graphs are harder (exclusive GEMMs, tee requirements, weak LP bounds): at 0.6-1.8k
+# candidates (transformer layer, MLP training step) up to 30 s of HiGHS never beat greedy's start,
+# while the unrolled RNN's ~200 prove optimal in 0.1 s.
+AUTO_FUSION_ILP_NODE_BUDGET = 500
 AUTO_ILP_TIME_FRACTION = 0.25  # of the request's time limit, capped below
 
 
@@ -134,7 +134,7 @@ def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | N
         saturation = saturate(loaded.egraph, schedule, _budget(options))
     with _stage(timings, "extract"):
         view, algebra = _extract_stage(loaded, profile, program, options, fusion_proxy=True)
-        fused = ingest(nested, [emit_program(view, algebra.choice, loaded.params, nested, keep_consts=True).program])
+        fused = ingest(emit_program(view, algebra.choice, loaded.params, nested, keep_consts=True).program)
     with _stage(timings, "fuse"):
         fusion = saturate(fused.egraph, FUSION_ONLY if options.rules else NO_RULES, _budget(options))
     with _stage(timings, "extract_kernels"):
