@@ -133,7 +133,7 @@ def emit_program(view: EGraphView, choice: dict[str, ENode], table: ParamsTable,
         return local[root]
 
     def emit(cid: str) -> None:
-        node, cls = choice[cid], view.classes[cid]
+        node = choice[cid]
         if node.op == "var":
             index = int(node.attrs[0])
             if index >= len(original["inputs"]):

@@ -13,14 +13,13 @@ program) falls back to running both whole programs, which stays the authority.
 """
 from __future__ import annotations
 
-import hashlib
 import json
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import jax
 import numpy as np
 
+from lowering.regions import RegionPlan, find_regions, region_signature
 from lowering.to_jax import program_to_callable
 from service.wire import ConstSpec, decode_array, encode_array
 
@@ -213,212 +212,6 @@ class Float64Reference:
         return outs
 
 
-# --- Regions: what the optimizer changed, and the original values that feed it ---------------
-
-# Levels of operands hashed to recognise "the same value" across programs, deepest first: deep
-# hashes rarely collide, shallow ones still match just above a rewritten spot.
-STRUCTURE_DEPTHS = (6, 4, 3, 2)
-COMMUTATIVE = frozenset(["add", "mul", "max", "min", "and", "or", "xor", "eq", "ne"])
-
-
-def _canon(x: Any) -> str:
-    if isinstance(x, dict):  # params: a None-valued key and an absent one mean the same
-        x = {k: v for k, v in x.items() if v is not None}
-    return json.dumps(x, sort_keys=True, default=str)
-
-
-class _Numbered:
-    """A program's value numbering over a shared table: identical computations, identical ids."""
-
-    def __init__(self, program: dict[str, Any], table: dict[Any, int]):
-        intern = lambda key: table.setdefault(key, len(table))
-        self.program, self.producer, self.key, self.aval = program, {}, {}, {}
-        self.consts = {c["name"]: c for c in program.get("consts", [])}
-        for k, spec in enumerate(program["inputs"]):
-            self.key[spec["name"]], self.aval[spec["name"]] = intern(("in", k)), (tuple(spec["shape"]), spec["dtype"])
-        for c in self.consts.values():
-            self.key[c["name"]] = intern(("const", c["dtype"], tuple(c["shape"]), c["data"]))
-            self.aval[c["name"]] = (tuple(c["shape"]), c["dtype"])
-        self.signature = []  # per equation: everything but its variable operands
-        for i, e in enumerate(program["eqns"]):
-            sig = (e["op"], _canon(e.get("params") or {}), tuple(None if isinstance(a, str) else _canon(a)
-                                                                 for a in e["in"]),
-                   tuple((tuple(o["shape"]), o["dtype"]) for o in e["out"]))
-            self.signature.append(sig)
-            ins = tuple(self.key[a] if isinstance(a, str) else _canon(a) for a in e["in"])
-            for j, o in enumerate(e["out"]):
-                self.key[o["name"]], self.aval[o["name"]] = intern((sig, ins, j)), (tuple(o["shape"]), o["dtype"])
-                self.producer[o["name"]] = (i, j)
-        self.by_key = {}
-        for name, key in self.key.items():
-            self.by_key.setdefault(key, name)
-        self._shape_hash: dict[str, str] = {}
-
-    def structure(self, name: str, depth: int = STRUCTURE_DEPTHS[0]) -> str:
-        """A hash of the value's operand tree `depth` levels deep: inputs by position, operands of a
-        commutative op in sorted order, values below the horizon by type alone."""
-        memo = (name, depth)
-        if memo not in self._shape_hash:
-            if name not in self.producer or depth == 0:
-                text = repr(self.key[name]) if name not in self.producer else repr(self.aval[name])
-            else:
-                i, j = self.producer[name]
-                eqn = self.program["eqns"][i]
-                kids = [self.structure(a, depth - 1) if isinstance(a, str) else _canon(a) for a in eqn["in"]]
-                text = repr((self.signature[i], j, sorted(kids) if eqn["op"] in COMMUTATIVE else kids))
-            self._shape_hash[memo] = hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
-        return self._shape_hash[memo]
-
-
-@dataclass
-class Region:
-    eqns: list[int]  # optimized-program equations, in program order
-    roots: list[tuple[str, str]]  # (original value, optimized value) that must be equal
-    boundary: list[tuple[str, str]] = field(default_factory=list)  # (optimized input, original value fed)
-
-    def subprogram(self, optimized: dict[str, Any], numbered: _Numbered) -> dict[str, Any]:
-        eqns = [optimized["eqns"][i] for i in self.eqns]
-        used = {a for e in eqns for a in e["in"] if isinstance(a, str)} | {p for _, p in self.roots}
-        return {"format": optimized["format"],
-                "inputs": [{"name": p, "shape": list(numbered.aval[p][0]), "dtype": numbered.aval[p][1]}
-                           for p, _ in self.boundary],
-                "consts": [c for name, c in numbered.consts.items() if name in used], "eqns": eqns,
-                "outputs": [p for _, p in self.roots]}
-
-
-@dataclass
-class RegionPlan:
-    regions: list[Region]
-    share: float  # of the optimized program's equations that regions run
-    numbered: _Numbered | None = None  # the optimized program's
-
-
-class _NoPlan(Exception):
-    """The two programs do not correspond closely enough for a region check."""
-
-
-def _operand_pairs(eo: dict, ep: dict, o_num: _Numbered, p_num: _Numbered) -> list[tuple[str, str]] | None:
-    """Operand pairs of two equations with the same signature, None where their types differ;
-    a commutative op's operands are swapped when that pairs more identical structures."""
-    ins_o, ins_p = list(eo["in"]), list(ep["in"])
-    if eo["op"] in COMMUTATIVE and len(ins_o) == 2 and all(isinstance(a, str) for a in ins_o + ins_p):
-        alike = lambda a, b: o_num.key[a] == p_num.key[b] or o_num.structure(a, 3) == p_num.structure(b, 3)
-        if sum(map(alike, ins_o, ins_p[::-1])) > sum(map(alike, ins_o, ins_p)):
-            ins_p.reverse()
-    kids = [(a, b) for a, b in zip(ins_o, ins_p) if isinstance(a, str)]
-    return kids if all(o_num.aval[a] == p_num.aval[b] for a, b in kids) else None
-
-
-def find_regions(original: dict[str, Any], optimized: dict[str, Any]) -> RegionPlan | None:
-    """Pair the optimized program's values with the original's: top-down from the outputs through
-    equations with the same op and params; where they differ, the optimized side becomes a region
-    grown upward until it reaches values known to equal an original value (identical computation,
-    a pair, or a unique match of the operand structure). None when no pairing exists."""
-    table: dict[Any, int] = {}
-    o_num, p_num = _Numbered(original, table), _Numbered(optimized, table)
-    if [o_num.aval[s["name"]] for s in original["inputs"]] != [p_num.aval[s["name"]] for s in optimized["inputs"]] \
-            or len(original["outputs"]) != len(optimized["outputs"]):
-        return None
-    pairs: set[tuple[str, str]] = set()
-    partner: dict[str, str] = {}  # optimized value -> an original value it must equal
-    roots: list[tuple[str, str]] = []
-    o_keys = set(o_num.key.values())
-    by_structure: dict[tuple[int, str], list[str]] = {}
-    for name in o_num.producer:
-        for depth in STRUCTURE_DEPTHS:
-            by_structure.setdefault((depth, o_num.structure(name, depth)), []).append(name)
-
-    def settle(stack: list[tuple[Any, Any]]) -> None:
-        while stack:
-            o, p = stack.pop()
-            if not isinstance(o, str) or not isinstance(p, str):
-                if _canon(o) != _canon(p):
-                    raise _NoPlan
-                continue
-            if (o, p) in pairs:
-                continue
-            pairs.add((o, p))
-            partner.setdefault(p, o)
-            if o_num.key[o] == p_num.key[p]:
-                continue
-            if o_num.aval[o] != p_num.aval[p]:
-                raise _NoPlan
-            (eo, jo), (ep, jp) = o_num.producer.get(o, (None, 0)), p_num.producer.get(p, (None, 0))
-            kids = None
-            if eo is not None and ep is not None and jo == jp and o_num.signature[eo] == p_num.signature[ep]:
-                kids = _operand_pairs(original["eqns"][eo], optimized["eqns"][ep], o_num, p_num)
-            if kids is None:
-                roots.append((o, p))
-            else:
-                stack.extend(kids)
-
-    def known(p: str) -> bool:
-        if p in partner or p in p_num.consts:
-            return True
-        if p_num.key[p] in o_keys:
-            partner[p] = o_num.by_key[p_num.key[p]]
-            return True
-        for depth in STRUCTURE_DEPTHS:
-            candidates = by_structure.get((depth, p_num.structure(p, depth)), [])
-            if len(candidates) == 1 and o_num.aval[candidates[0]] == p_num.aval[p]:
-                settle([(candidates[0], p)])
-                return True
-        return False
-
-    try:
-        settle(list(zip(original["outputs"], optimized["outputs"])))
-        groups: list[tuple[set[int], list[tuple[str, str]]]] = []
-        done = 0
-        while done < len(roots):  # growing one region may pair values that open new roots
-            o_root, p_root = roots[done]
-            done += 1
-            members: set[int] = set()
-            todo = [p_root] if p_root in p_num.producer else []
-            while todo:
-                i = p_num.producer[todo.pop()][0]
-                if i in members:
-                    continue
-                members.add(i)
-                todo.extend(a for a in optimized["eqns"][i]["in"] if isinstance(a, str) and not known(a))
-            overlapping = [g for g in groups if g[0] & members]
-            for g in overlapping:
-                groups.remove(g)
-                members |= g[0]
-            groups.append((members, [r for g in overlapping for r in g[1]] + [(o_root, p_root)]))
-    except _NoPlan:
-        return None
-
-    def source(p: str) -> str:
-        """The original value fed to a region input: an identical computation where there is one
-        (a root fed its own claimed partner would check nothing), else its pair."""
-        return o_num.by_key[p_num.key[p]] if p_num.key[p] in o_keys else partner[p]
-
-    regions = []
-    for members, group_roots in groups:
-        order = sorted(members)
-        produced = {o["name"] for i in order for o in optimized["eqns"][i]["out"]}
-        needed = [a for i in order for a in optimized["eqns"][i]["in"]] + [p for _, p in group_roots]
-        boundary = list(dict.fromkeys(a for a in needed if isinstance(a, str) and a not in produced
-                                      and a not in p_num.consts))
-        regions.append(Region(order, group_roots, [(p, source(p)) for p in boundary]))
-    share = sum(len(r.eqns) for r in regions) / max(len(optimized["eqns"]), 1)
-    return RegionPlan(regions, share, p_num)
-
-
-def _region_signature(program: dict[str, Any]) -> str:
-    """The region's structure with its value names replaced by their order of appearance."""
-    names: dict[str, str] = {}
-    rename = lambda n: names.setdefault(n, f"v{len(names)}")
-    for spec in program["inputs"]:
-        rename(spec["name"])
-    for c in program["consts"]:
-        rename(c["name"])
-    eqns = [(e["op"], _canon(e.get("params") or {}), [rename(a) if isinstance(a, str) else a for a in e["in"]],
-             [(rename(o["name"]), o["shape"], o["dtype"]) for o in e["out"]]) for e in program["eqns"]]
-    return _canon([[(s["shape"], s["dtype"]) for s in program["inputs"]], [c["data"] for c in program["consts"]],
-                   eqns, [rename(o) for o in program["outputs"]]])
-
-
 def region_validate(original: dict[str, Any], optimized: dict[str, Any], plan: RegionPlan,
                     comparison: Comparison, trials: int, seed: int) -> dict[str, Any]:
     """Per trial, one jitted call runs the original only as far as the regions need and each region
@@ -433,7 +226,7 @@ def region_validate(original: dict[str, Any], optimized: dict[str, Any], plan: R
     calls = []
     for region in plan.regions:
         sub = region.subprogram(optimized, plan.numbered)
-        calls.append((by_signature.setdefault(_region_signature(sub), program_to_callable(sub)), region))
+        calls.append((by_signature.setdefault(region_signature(sub), program_to_callable(sub)), region))
 
     @jax.jit
     def run(*args):

@@ -114,7 +114,7 @@ def test_a_wrong_region_fails_the_program():
 
 
 def test_regions_find_a_wrong_weight_a_whole_run_would_barely_see():
-    from lowering.validate import find_regions
+    from lowering.regions import find_regions
     program = _stack(False)
     wrong = copy.deepcopy(program)
     last = [e for e in wrong["eqns"] if e["op"] == "dot_general"][-1]

@@ -2,6 +2,7 @@
 name family rules."""
 from __future__ import annotations
 
+import pytest
 import jax.numpy as jnp
 from rule_harness import ill_typed_nodes, random_args, saturate_program
 
@@ -100,3 +101,12 @@ def test_pipeline_reports_the_stop_reason_of_its_budget():
     assert limited["report"]["egraph"]["stop_reason"] == "iter_limit"
     full = optimize(capture(goal, *X))
     assert full["report"]["egraph"]["stop_reason"] == "saturated"
+
+
+def test_budgets_are_checked_against_where_the_next_iteration_lands():
+    from rewrites.schedule import _next_iteration
+
+    seconds, nodes = _next_iteration([0.3, 1.4, 9.1], [315, 2330, 7700, 25240])
+    assert seconds == pytest.approx(9.1 * 9.1 / 1.4) and nodes == pytest.approx(25240 * 25240 / 7700)
+    assert _next_iteration([0.5], [10, 20]) == (0.5, 20.0)  # one iteration: no growth rate yet
+    assert _next_iteration([2.0, 1.0], [10, 20, 20]) == (1.0, 20.0)  # shrinking is not extrapolated
