@@ -62,3 +62,14 @@ def test_weight_only_work_runs_per_call_where_the_profile_does_not_precompute_we
     assert kernels.precompute == []
     assert sorted(op for k in kernels.kernels for op in k.ops) == ["dot_general", "mul", "transpose"]
     assert kernels.total.time_s > build_kernel_program(program, PROFILE).total.time_s
+
+
+def test_intermediates_beyond_sram_spill_out_and_back():
+    x = np.ones((256, 256), np.float32)
+    program = capture(lambda x: jnp.tanh(jnp.exp(x) + 1.0), x)
+    roomy = build_kernel_program(program, PROFILE).kernels[0]
+    tight = build_kernel_program(program, with_overrides(PROFILE, {"memory.sram_bytes": 1024})).kernels[0]
+    assert [b["level"] for b in roomy.buffers if b["role"] == "intermediate"] == ["sram", "sram"]
+    assert [b["level"] for b in tight.buffers if b["role"] == "intermediate"] == ["spill", "spill"]
+    spilled = 2 * (2 * x.nbytes - 1024)  # both intermediates, out and back, beyond what fits
+    assert tight.estimate.hbm_bytes == roomy.estimate.hbm_bytes + spilled

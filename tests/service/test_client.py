@@ -162,6 +162,9 @@ def test_cli_optimize_prints_a_summary_or_the_whole_response(tmp_path, capsys, s
     assert json.loads(capsys.readouterr().out)["validation"]["status"] == "passed"
     assert main(["optimize", str(path), "--hardware", "nope"]) == 1
     assert "'nope'" in capsys.readouterr().err
+    assert main(["optimize", str(path), "--server", server_url, "--listing"]) == 0
+    listing = capsys.readouterr().out
+    assert listing.startswith("# kernel program on optu-v1") and "\nkernel 0 " in listing and "tiling" in listing
 
 
 def test_cli_hardware_lists_profiles_locally_and_from_a_server(capsys, server_url):
