@@ -135,7 +135,8 @@ class NodeCoster:
             return Estimate(0.0, 0.0, 0, 0.0, "vector")  # a view: its readers read its source
         if self.fusion_proxy and cost.kind == "vector":
             return Estimate(cost.time_s, cost.energy_j, 0, cost.flops, cost.bound)
-        reads = sum(self.reads[c] for c in node.children)
-        if cost.kind == "host":
+        if cost.kind == "host":  # a host op reads whole buffers: folding views in is a kernel's trick
             reads = sum(class_bytes(self.view.classes[c]) for c in node.children)
+        else:
+            reads = sum(self.reads[c] for c in node.children)
         return fused_estimate(self.profile, [cost], reads, write, 0, len(node.children))

@@ -95,16 +95,15 @@ def wire_literal(bits: int, dtype: str) -> dict[str, Any]:
 
 
 def emit_program(view: EGraphView, choice: dict[str, ENode], table: ParamsTable,
-                 original: dict[str, Any], keep_consts: bool = False) -> EmittedProgram:
+                 original: dict[str, Any]) -> EmittedProgram:
     """The wire program that computes the roots of `view` with one chosen node per e-class, and
-    its equations grouped by the chosen node (kernel) they belong to. Unused consts are dropped
-    unless `keep_consts` (a program that is re-ingested next to the original keeps its indices)."""
+    its equations grouped by the chosen node (kernel) they belong to. It keeps the original's
+    inputs and consts, so `var` indices mean the same in it (see `without_unused_consts`)."""
     leaves = [*original["inputs"], *original.get("consts", [])]
     names: dict[str, Any] = {}
     eqns: list[dict[str, Any]] = []
     groups: list[list[int]] = []
     opaque_outs: dict[tuple, list[str]] = {}
-    used_consts: set[int] = set()
 
     def out_spec(cid: str) -> dict[str, Any]:
         cls = view.classes[cid]
@@ -135,10 +134,7 @@ def emit_program(view: EGraphView, choice: dict[str, ENode], table: ParamsTable,
     def emit(cid: str) -> None:
         node = choice[cid]
         if node.op == "var":
-            index = int(node.attrs[0])
-            if index >= len(original["inputs"]):
-                used_consts.add(index - len(original["inputs"]))
-            names[cid] = leaves[index]["name"]
+            names[cid] = leaves[int(node.attrs[0])]["name"]
             return
         if node.op == "lit":
             names[cid] = wire_literal(*node.attrs)
@@ -172,10 +168,16 @@ def emit_program(view: EGraphView, choice: dict[str, ENode], table: ParamsTable,
         emit(cid)
         if len(eqns) > first:
             groups.append(list(range(first, len(eqns))))
-    consts = [c for k, c in enumerate(original.get("consts", [])) if keep_consts or k in used_consts]
-    program = {"format": original["format"], "inputs": original["inputs"], "consts": consts, "eqns": eqns,
-               "outputs": [names[r] for r in view.roots]}
+    program = {"format": original["format"], "inputs": original["inputs"], "consts": original.get("consts", []),
+               "eqns": eqns, "outputs": [names[r] for r in view.roots]}
     return EmittedProgram(program, groups)
+
+
+def without_unused_consts(program: dict[str, Any]) -> dict[str, Any]:
+    """`program` without the consts no equation or output reads (a rewrite may fold them away)."""
+    read = {a for e in program["eqns"] for a in e["in"] if isinstance(a, str)}
+    read |= {o for o in program["outputs"] if isinstance(o, str)}
+    return {**program, "consts": [c for c in program.get("consts", []) if c["name"] in read]}
 
 
 def _operand_classes(node: ENode | BodyNode) -> list[str]:

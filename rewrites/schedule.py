@@ -42,6 +42,7 @@ class SaturationReport:
     stop_reason: str = "saturated"
     rules_fired: dict[str, int] = field(default_factory=dict)
     time_s: float = 0.0
+    fusion_rounds: int = 0
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,7 @@ def _fuse(egraph: EGraph, fusion: Ruleset, budget: Budget, start: float, report:
             return
         result = egraph.run(fusion)
         _record(result, fired)
+        report.fusion_rounds += 1
         if not result.updated:
             return
 

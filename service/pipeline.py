@@ -16,7 +16,7 @@ from costmodel.extract import Exclusive, Extraction, Requires, drop_dominated, e
 from costmodel.ilp import extract_auto, extract_ilp
 from costmodel.kernel_cost import NodeCoster, gemm_exclusive_groups, tee_requirements
 from costmodel.profile import HardwareProfile, load_profile, profile_from_dict
-from lowering.emit import ExtractionCycle, emit_program
+from lowering.emit import ExtractionCycle, emit_program, without_unused_consts
 from lowering.kernels import KernelProgram, build_kernel_program, lower_bound
 from lowering.listing import kernel_listing
 from lowering.to_jax import typecheck
@@ -134,7 +134,8 @@ def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | N
         saturation = saturate(loaded.egraph, schedule, _budget(options))
     with _stage(timings, "extract"):
         view, algebra = _extract_stage(loaded, profile, program, options, fusion_proxy=True)
-        fused = ingest(emit_program(view, algebra.choice, loaded.params, nested, keep_consts=True).program)
+        algebraic = emit_program(view, algebra.choice, loaded.params, nested).program
+        fused = ingest(algebraic)  # all consts kept: var indices mean the same as in `program`
     with _stage(timings, "fuse"):
         fusion = saturate(fused.egraph, FUSION_ONLY if options.rules else NO_RULES, _budget(options))
     with _stage(timings, "extract_kernels"):
@@ -146,11 +147,11 @@ def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | N
         baseline = build_kernel_program(program, profile, fuse=True)
         try:
             emitted = emit_program(kernel_view, extraction.choice, fused.params, program)
-            candidate = emitted.program
+            candidate = without_unused_consts(emitted.program)  # eqn indices (groups) are unchanged
             lowered = build_kernel_program(candidate, profile, groups=emitted.groups)
             # The conventional policy over the algebraic optimum, kept when the e-graph's kernels
             # (single-root bodies of <= MAX_BODY_OPS ops, multi-output only via the ILP) lose to it.
-            algebraic = emit_program(view, algebra.choice, loaded.params, program).program
+            algebraic = without_unused_consts(algebraic)
             greedy = build_kernel_program(algebraic, profile, fuse=True)
             fusion_report = {"egraph_s": lowered.total.time_s, "greedy_s": greedy.total.time_s, "chosen": "egraph"}
             if greedy.total.time_s < lowered.total.time_s:
@@ -181,7 +182,7 @@ def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | N
             "egraph": {"enodes": view.enode_count, "eclasses": len(view.classes),
                        "iterations": saturation.iterations, "stop_reason": _stop_reason(saturation, fusion),
                        "fusion": {"enodes": kernel_view.enode_count, "eclasses": len(kernel_view.classes),
-                                  "candidate_enodes": extraction.candidates, "rounds": fusion.iterations}},
+                                  "candidate_enodes": extraction.candidates, "rounds": fusion.fusion_rounds}},
             "extraction": {**_extraction_report(extraction), "algebra": _extraction_report(algebra)},
             "fusion": fusion_report,
             "equations": {"original": len(program["eqns"]), "optimized": len(candidate["eqns"])},
