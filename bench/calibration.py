@@ -12,7 +12,6 @@ Writes bench/results/calibration.json. Nothing here is asserted.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
-from bench.run import machine, update_readme
+from bench.report import machine, publish
 from costmodel.calibrate import Probe, apply_measurement_settings, time_probes
 from costmodel.profile import load_profile
 from lowering.kernels import build_kernel_program
@@ -128,15 +127,10 @@ def main() -> None:
     per_model = [summarize([k for k in kernels if k["model"] == name]) for name in args.models]
     extraction = [extraction_comparison(name, args.hardware) for name in args.models]
     summary = summarize(kernels)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"profile": args.profile, "machine": machine(), "summary": summary,
-                                   "per_model": dict(zip(args.models, per_model)),
-                                   "extraction": {"hardware": args.hardware, "models": extraction},
-                                   "kernels": kernels}, indent=2) + "\n")
-    text = markdown(summary, per_model, extraction, args.hardware)
-    print(text)
-    if not args.no_readme:
-        update_readme(text, "<!-- calibration:begin -->", "<!-- calibration:end -->")
+    publish(RESULTS, {"profile": args.profile, "machine": machine(), "summary": summary,
+                      "per_model": dict(zip(args.models, per_model)),
+                      "extraction": {"hardware": args.hardware, "models": extraction}, "kernels": kernels},
+            markdown(summary, per_model, extraction, args.hardware), "calibration", not args.no_readme)
 
 
 if __name__ == "__main__":

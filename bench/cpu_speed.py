@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 import jax
 
 from bench.models.registry import MODELS, build
-from bench.report import RESULTS_DIR, fmt_ratio, fmt_time, geomean, machine, machine_line, update_readme, write_json
+from bench.report import RESULTS_DIR, fmt_ratio, fmt_time, geomean, machine, machine_line, publish
 from lowering.to_jax import program_to_callable
 from lowering.validate import output_error
 from service.capture import capture
@@ -168,12 +168,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         r = rows[-1]
         print(f"{name}: " + (r["error"] if "error" in r else f"{r['speedup_measured']:.2f}x measured"), flush=True)
     meta, summary = machine(), summarize(rows)
-    write_json(args.out, {"hardware": HARDWARE, "machine": meta, "measurement_settings": args.measurement_settings,
-                          "summary": summary, "models": rows})
-    text = table(rows, meta, summary)
-    print(text)
-    if not args.no_readme:
-        update_readme(text, "<!-- cpu_speed:begin -->", "<!-- cpu_speed:end -->")
+    publish(args.out, {"hardware": HARDWARE, "machine": meta, "measurement_settings": args.measurement_settings,
+                       "summary": summary, "models": rows}, table(rows, meta, summary), "cpu_speed", not args.no_readme)
     return {"summary": summary, "models": rows}
 
 

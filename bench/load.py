@@ -15,7 +15,7 @@ import httpx
 import numpy as np
 
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
-from bench.run import update_readme
+from bench.report import publish
 from service.capture import capture
 from service.devserver import running_server
 
@@ -83,11 +83,8 @@ def main(argv: list[str] | None = None) -> int:
                     rows.append({"kind": kind, **run_config(url, payloads, concurrency)})
     result = {"model": MODEL, "workers": args.workers, "server": "uvicorn on loopback, one process",
               "configs": rows}
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
-    text = f"Load on {MODEL}, {args.workers} worker processes, {args.requests} requests per row:\n\n{table(rows)}"
-    print(text)
-    update_readme(text, "<!-- load:begin -->", "<!-- load:end -->")
+    publish(args.output, result,
+            f"Load on {MODEL}, {args.workers} worker processes, {args.requests} requests per row:\n\n{table(rows)}", "load")
     return 0 if all(r["errors"] == 0 for r in rows) else 1
 
 

@@ -68,6 +68,15 @@ def write_json(path: Path, payload: dict[str, Any]) -> None:
     path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
 
 
+def publish(path: Path, payload: dict[str, Any], text: str, section: str, readme: bool = True) -> None:
+    """A benchmark's results: the JSON file, the table printed, and the README table between
+    `<!-- {section}:begin -->` and `<!-- {section}:end -->` regenerated (unless `readme` is off)."""
+    write_json(path, payload)
+    print(text)
+    if readme:
+        update_readme(text, f"<!-- {section}:begin -->", f"<!-- {section}:end -->")
+
+
 def update_readme(text: str, begin: str = "<!-- bench:begin -->", end: str = "<!-- bench:end -->",
                   readme: Path = README) -> None:
     """Replace the text between two marker comments; a missing pair is added after the benchmark
@@ -88,22 +97,22 @@ def geomean(values: Iterable[float]) -> float | None:
     return math.exp(sum(map(math.log, vals)) / len(vals)) if vals else None
 
 
-def fmt_time(seconds: float | None) -> str:
-    if seconds is None:
+def _si(value: float | None, unit: str) -> str:
+    """`value` with the largest of the prefixes (none, m, u) that keeps it >= 1, else n."""
+    if value is None:
         return "n/a"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if abs(seconds) >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds * 1e9:.3g} ns"
+    for prefix, scale in (("", 1.0), ("m", 1e-3), ("u", 1e-6)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value * 1e9:.3g} n{unit}"
+
+
+def fmt_time(seconds: float | None) -> str:
+    return _si(seconds, "s")
 
 
 def fmt_energy(joules: float | None) -> str:
-    if joules is None:
-        return "n/a"
-    for unit, scale in (("J", 1.0), ("mJ", 1e-3), ("uJ", 1e-6)):
-        if abs(joules) >= scale:
-            return f"{joules / scale:.3g} {unit}"
-    return f"{joules * 1e9:.3g} nJ"
+    return _si(joules, "J")
 
 
 def fmt_bytes(n: float | None) -> str:

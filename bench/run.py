@@ -16,11 +16,10 @@ from typing import Any
 
 from bench.models.registry import MODELS, RNN_AND_CHAINS, SMALL, capture_model
 from bench.report import (RESULTS_DIR, fmt_bytes, fmt_energy, fmt_ratio, fmt_time, geomean, machine,
-                          machine_line, update_readme, write_json)
+                          machine_line, publish)
 from costmodel.profile import load_profile
 from service.pipeline import optimize
 
-__all__ = ["bench_model", "summarize", "table", "main", "machine", "update_readme"]  # calibration/load use the last two
 
 RESULTS = RESULTS_DIR / "latest.json"
 TARGET_GEOMEAN, TARGET_RNN_CHAINS = 1.3, 2.0  # issue 7's quality targets, reported beside the measurement
@@ -156,11 +155,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                              f"{r['speedup_vs_baseline']:.2f}x, {r['validation']['status']}, "
                              f"{r['optimize_wall_s']:.2f} s"), flush=True)
     meta, summary = machine(), summarize(rows)
-    write_json(args.out, {"hardware": args.hardware, "machine": meta, "summary": summary, "models": rows})
-    text = table(rows, args.hardware, meta, summary)
-    print(text)
-    if not args.no_readme:
-        update_readme(text)
+    publish(args.out, {"hardware": args.hardware, "machine": meta, "summary": summary, "models": rows},
+            table(rows, args.hardware, meta, summary), "bench", not args.no_readme)
     return {"summary": summary, "models": rows}
 
 

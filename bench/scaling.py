@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from bench.models.large import bert_encoder, matmul_chain
-from bench.report import RESULTS_DIR, fmt_ratio, machine, machine_line, update_readme, write_json
+from bench.report import RESULTS_DIR, fmt_ratio, machine, machine_line, publish
 from service.capture import capture
 from service.pipeline import optimize
 
@@ -187,11 +187,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     bert = bert_scaling(args.layers, **(TINY if args.tiny else {}))
     chain = chain_time_to_optimal(args.chain, args.chain_limits) if args.chain else None
     meta = machine()
-    write_json(args.out, {"machine": meta, "bert": bert, "chain": chain})
-    text = table(bert, chain, meta)
-    print(text)
-    if not args.no_readme:
-        update_readme(text, "<!-- scaling:begin -->", "<!-- scaling:end -->")
+    publish(args.out, {"machine": meta, "bert": bert, "chain": chain}, table(bert, chain, meta), "scaling",
+            not args.no_readme)
     return {"bert": bert, "chain": chain}
 
 

@@ -11,11 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from bench.models.zoo import lstm_layer, normal
+
 Workload = tuple[Callable[..., Any], tuple[Any, ...], tuple[int, ...]]
-
-
-def _normal(rng: np.random.Generator, *shape: int, scale: float = 1.0) -> np.ndarray:
-    return (rng.standard_normal(shape) * scale).astype(np.float32)
 
 
 def _layer_norm(x, gamma, beta, eps=1e-5):
@@ -38,11 +36,11 @@ def _encoder_layer(x, p, heads):
 
 def _encoder_params(rng, hidden, ffn):
     s = 1 / np.sqrt(hidden)
-    return {"wq": _normal(rng, hidden, hidden, scale=s), "wk": _normal(rng, hidden, hidden, scale=s),
-            "wv": _normal(rng, hidden, hidden, scale=s), "wo": _normal(rng, hidden, hidden, scale=s),
+    return {"wq": normal(rng, hidden, hidden, scale=s), "wk": normal(rng, hidden, hidden, scale=s),
+            "wv": normal(rng, hidden, hidden, scale=s), "wo": normal(rng, hidden, hidden, scale=s),
             "g1": np.ones(hidden, np.float32), "b1": np.zeros(hidden, np.float32),
-            "w1": _normal(rng, hidden, ffn, scale=s), "c1": np.zeros(ffn, np.float32),
-            "w2": _normal(rng, ffn, hidden, scale=1 / np.sqrt(ffn)), "c2": np.zeros(hidden, np.float32),
+            "w1": normal(rng, hidden, ffn, scale=s), "c1": np.zeros(ffn, np.float32),
+            "w2": normal(rng, ffn, hidden, scale=1 / np.sqrt(ffn)), "c2": np.zeros(hidden, np.float32),
             "g2": np.ones(hidden, np.float32), "b2": np.zeros(hidden, np.float32)}
 
 
@@ -56,7 +54,7 @@ def bert_encoder(layers: int, hidden: int = 768, heads: int = 12, seq: int = 128
             x = _encoder_layer(x, p, heads)
         return x
 
-    return fn, (_normal(rng, batch, seq, hidden), params), (1,)
+    return fn, (normal(rng, batch, seq, hidden), params), (1,)
 
 
 def gpt_decode_step(hidden: int = 768, heads: int = 12, cache_len: int = 256, batch: int = 4) -> Workload:
@@ -75,10 +73,10 @@ def gpt_decode_step(hidden: int = 768, heads: int = 12, cache_len: int = 256, ba
         return h + jax.nn.gelu(h @ w1) @ w2, k_all, v_all
 
     s = 1 / np.sqrt(hidden)
-    return fn, (_normal(rng, batch, hidden), _normal(rng, batch, heads, cache_len, head_dim),
-                _normal(rng, batch, heads, cache_len, head_dim),
-                *(_normal(rng, hidden, hidden, scale=s) for _ in range(4)),
-                _normal(rng, hidden, 4 * hidden, scale=s), _normal(rng, 4 * hidden, hidden, scale=s / 2)), \
+    return fn, (normal(rng, batch, hidden), normal(rng, batch, heads, cache_len, head_dim),
+                normal(rng, batch, heads, cache_len, head_dim),
+                *(normal(rng, hidden, hidden, scale=s) for _ in range(4)),
+                normal(rng, hidden, 4 * hidden, scale=s), normal(rng, 4 * hidden, hidden, scale=s / 2)), \
         tuple(range(3, 9))
 
 
@@ -98,9 +96,9 @@ def grouped_query_attention(hidden: int = 512, q_heads: int = 8, kv_heads: int =
 
     s = 1 / np.sqrt(hidden)
     kv = kv_heads * head_dim
-    return fn, (_normal(rng, batch, seq, hidden), _normal(rng, hidden, hidden, scale=s),
-                _normal(rng, hidden, kv, scale=s), _normal(rng, hidden, kv, scale=s),
-                _normal(rng, hidden, hidden, scale=s)), (1, 2, 3, 4)
+    return fn, (normal(rng, batch, seq, hidden), normal(rng, hidden, hidden, scale=s),
+                normal(rng, hidden, kv, scale=s), normal(rng, hidden, kv, scale=s),
+                normal(rng, hidden, hidden, scale=s)), (1, 2, 3, 4)
 
 
 def mlp_mixer_block(patches: int = 64, channels: int = 256, batch: int = 8) -> Workload:
@@ -112,9 +110,9 @@ def mlp_mixer_block(patches: int = 64, channels: int = 256, batch: int = 8) -> W
         x = x + (jax.nn.gelu(y @ t1) @ t2).transpose(0, 2, 1)
         return x + jax.nn.gelu(_layer_norm(x, g, b) @ c1) @ c2
 
-    return fn, (_normal(rng, batch, patches, channels), _normal(rng, patches, 2 * patches, scale=0.1),
-                _normal(rng, 2 * patches, patches, scale=0.1), _normal(rng, channels, 4 * channels, scale=0.05),
-                _normal(rng, 4 * channels, channels, scale=0.05), np.ones(channels, np.float32),
+    return fn, (normal(rng, batch, patches, channels), normal(rng, patches, 2 * patches, scale=0.1),
+                normal(rng, 2 * patches, patches, scale=0.1), normal(rng, channels, 4 * channels, scale=0.05),
+                normal(rng, 4 * channels, channels, scale=0.05), np.ones(channels, np.float32),
                 np.zeros(channels, np.float32)), (1, 2, 3, 4, 5, 6)
 
 
@@ -131,8 +129,8 @@ def nasrnn(steps: int = 16, batch: int = 16, hidden: int = 256) -> Workload:
             h = jnp.tanh(a * b)
         return h
 
-    return fn, (_normal(rng, steps, batch, hidden), _normal(rng, hidden, 8 * hidden, scale=0.05),
-                _normal(rng, hidden, 8 * hidden, scale=0.05)), (1, 2)
+    return fn, (normal(rng, steps, batch, hidden), normal(rng, hidden, 8 * hidden, scale=0.05),
+                normal(rng, hidden, 8 * hidden, scale=0.05)), (1, 2)
 
 
 def resnext_block(batch: int = 8, size: int = 28, channels: int = 128, groups: int = 32) -> Workload:
@@ -146,9 +144,9 @@ def resnext_block(batch: int = 8, size: int = 28, channels: int = 128, groups: i
         h = jax.nn.relu(conv(h, k2, groups))
         return jax.nn.relu(x + conv(h, k3))
 
-    return fn, (_normal(rng, batch, size, size, channels), _normal(rng, 1, 1, channels, channels, scale=0.1),
-                _normal(rng, 3, 3, channels // groups, channels, scale=0.1),
-                _normal(rng, 1, 1, channels, channels, scale=0.1)), (1, 2, 3)
+    return fn, (normal(rng, batch, size, size, channels), normal(rng, 1, 1, channels, channels, scale=0.1),
+                normal(rng, 3, 3, channels // groups, channels, scale=0.1),
+                normal(rng, 1, 1, channels, channels, scale=0.1)), (1, 2, 3)
 
 
 def matmul_chain(n: int) -> Workload:
@@ -162,29 +160,15 @@ def matmul_chain(n: int) -> Workload:
             out = out @ m
         return out
 
-    return fn, tuple(_normal(rng, a, b, scale=1 / np.sqrt(a)) for a, b in zip(dims, dims[1:])), ()
-
-
+    return fn, tuple(normal(rng, a, b, scale=1 / np.sqrt(a)) for a, b in zip(dims, dims[1:])), ()
 
 
 def lstm_scan(steps: int = 32, batch: int = 16, n_in: int = 256, n_hid: int = 512) -> Workload:
     """An LSTM layer as `lax.scan` over time (the loop stays a loop: the body is optimized once)."""
     rng = np.random.default_rng(25)
-
-    def fn(xs, w_x, w_h, b):
-        def cell(carry, x):
-            h, c = carry
-            i, f, g, o = jnp.split(x @ w_x + h @ w_h + b, 4, axis=-1)
-            c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
-            h = jax.nn.sigmoid(o) * jnp.tanh(c)
-            return (h, c), h
-
-        zeros = jnp.zeros((batch, n_hid), jnp.float32)
-        (h, c), hs = lax.scan(cell, (zeros, zeros), xs)
-        return hs, h, c
-
-    return fn, (_normal(rng, steps, batch, n_in), _normal(rng, n_in, 4 * n_hid, scale=1 / np.sqrt(n_in)),
-                _normal(rng, n_hid, 4 * n_hid, scale=1 / np.sqrt(n_hid)), np.zeros(4 * n_hid, np.float32)), (1, 2, 3)
+    args = (normal(rng, steps, batch, n_in), normal(rng, n_in, 4 * n_hid, scale=1 / np.sqrt(n_in)),
+            normal(rng, n_hid, 4 * n_hid, scale=1 / np.sqrt(n_hid)), np.zeros(4 * n_hid, np.float32))
+    return lstm_layer(batch, n_hid), args, (1, 2, 3)
 
 
 def mlp_train_step(batch: int = 128, dims: tuple[int, ...] = (784, 1024, 1024, 10)) -> Workload:
@@ -202,9 +186,9 @@ def mlp_train_step(batch: int = 128, dims: tuple[int, ...] = (784, 1024, 1024, 1
         value, grads = jax.value_and_grad(loss)(params, x, y)
         return jax.tree_util.tree_map(lambda p, g: p - 0.01 * g, params, grads), value
 
-    params = [(_normal(rng, a, b, scale=1 / np.sqrt(a)), np.zeros(b, np.float32)) for a, b in zip(dims, dims[1:])]
+    params = [(normal(rng, a, b, scale=1 / np.sqrt(a)), np.zeros(b, np.float32)) for a, b in zip(dims, dims[1:])]
     labels = np.eye(dims[-1], dtype=np.float32)[rng.integers(0, dims[-1], batch)]
-    return fn, (params, _normal(rng, batch, dims[0]), labels), (0,)
+    return fn, (params, normal(rng, batch, dims[0]), labels), (0,)
 
 
 LARGE: dict[str, Callable[[], Workload]] = {

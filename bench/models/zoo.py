@@ -13,7 +13,8 @@ from jax import lax
 Model = tuple[Callable[..., Any], tuple[Any, ...]]
 
 
-def _normal(rng: np.random.Generator, *shape: int, scale: float = 1.0) -> np.ndarray:
+def normal(rng: np.random.Generator, *shape: int, scale: float = 1.0) -> np.ndarray:
+    """Seeded float32 N(0, scale^2) values of `shape`."""
     return (rng.standard_normal(shape) * scale).astype(np.float32)
 
 
@@ -23,8 +24,8 @@ def mlp2() -> Model:
     def fn(x, w1, b1, w2, b2):
         return jax.nn.relu(x @ w1 + b1) @ w2 + b2
 
-    return fn, (_normal(rng, 32, 128), _normal(rng, 128, 256, scale=0.1), _normal(rng, 256),
-                _normal(rng, 256, 10, scale=0.1), _normal(rng, 10))
+    return fn, (normal(rng, 32, 128), normal(rng, 128, 256, scale=0.1), normal(rng, 256),
+                normal(rng, 256, 10, scale=0.1), normal(rng, 10))
 
 
 def _layernorm(x, gamma, beta, eps=1e-5):
@@ -49,11 +50,11 @@ def transformer_layer() -> Model:
         return _layernorm(h + jax.nn.gelu(h @ w1 + c1) @ w2 + c2, g2, b2)
 
     s = 1 / np.sqrt(hidden)
-    return fn, (_normal(rng, batch, seq, hidden),
-                *(_normal(rng, hidden, hidden, scale=s) for _ in range(4)),
+    return fn, (normal(rng, batch, seq, hidden),
+                *(normal(rng, hidden, hidden, scale=s) for _ in range(4)),
                 np.ones(hidden, np.float32), np.zeros(hidden, np.float32),
-                _normal(rng, hidden, ffn, scale=s), np.zeros(ffn, np.float32),
-                _normal(rng, ffn, hidden, scale=1 / np.sqrt(ffn)), np.zeros(hidden, np.float32),
+                normal(rng, hidden, ffn, scale=s), np.zeros(ffn, np.float32),
+                normal(rng, ffn, hidden, scale=1 / np.sqrt(ffn)), np.zeros(hidden, np.float32),
                 np.ones(hidden, np.float32), np.zeros(hidden, np.float32))
 
 
@@ -66,14 +67,13 @@ def convnet() -> Model:
         h = jax.nn.relu(conv(jax.nn.relu(conv(x, k1)), k2))
         return h.mean(axis=(1, 2)) @ w + b
 
-    return fn, (_normal(rng, 4, 16, 16, 3), _normal(rng, 3, 3, 3, 8, scale=0.3),
-                _normal(rng, 3, 3, 8, 16, scale=0.2), _normal(rng, 16, 10, scale=0.3),
-                _normal(rng, 10))
+    return fn, (normal(rng, 4, 16, 16, 3), normal(rng, 3, 3, 3, 8, scale=0.3),
+                normal(rng, 3, 3, 8, 16, scale=0.2), normal(rng, 16, 10, scale=0.3),
+                normal(rng, 10))
 
 
-def lstm_scan() -> Model:
-    rng = np.random.default_rng(3)
-    steps, batch, n_in, n_hid = 8, 4, 16, 32
+def lstm_layer(batch: int, n_hid: int):
+    """An LSTM layer as `lax.scan` over time: fn(xs, w_x, w_h, b) -> (hs, h, c)."""
 
     def fn(xs, w_x, w_h, b):
         def cell(carry, x):
@@ -87,8 +87,14 @@ def lstm_scan() -> Model:
         (h, c), hs = lax.scan(cell, (zeros, zeros), xs)
         return hs, h, c
 
-    return fn, (_normal(rng, steps, batch, n_in), _normal(rng, n_in, 4 * n_hid, scale=0.25),
-                _normal(rng, n_hid, 4 * n_hid, scale=0.18), _normal(rng, 4 * n_hid, scale=0.1))
+    return fn
+
+
+def lstm_scan() -> Model:
+    rng = np.random.default_rng(3)
+    steps, batch, n_in, n_hid = 8, 4, 16, 32
+    return lstm_layer(batch, n_hid), (normal(rng, steps, batch, n_in), normal(rng, n_in, 4 * n_hid, scale=0.25),
+                normal(rng, n_hid, 4 * n_hid, scale=0.18), normal(rng, 4 * n_hid, scale=0.1))
 
 
 def mlp_train_step() -> Model:
@@ -103,10 +109,10 @@ def mlp_train_step() -> Model:
         value, grads = jax.value_and_grad(loss)(params, x, y)
         return jax.tree_util.tree_map(lambda p, g: p - 0.1 * g, params, grads), value
 
-    params = ((_normal(rng, 20, 64, scale=0.2), np.zeros(64, np.float32)),
-              (_normal(rng, 64, 5, scale=0.1), np.zeros(5, np.float32)))
+    params = ((normal(rng, 20, 64, scale=0.2), np.zeros(64, np.float32)),
+              (normal(rng, 64, 5, scale=0.1), np.zeros(5, np.float32)))
     labels = np.eye(5, dtype=np.float32)[rng.integers(0, 5, 16)]
-    return fn, (params, _normal(rng, 16, 20), labels)
+    return fn, (params, normal(rng, 16, 20), labels)
 
 
 def matmul_chain() -> Model:
@@ -119,7 +125,7 @@ def matmul_chain() -> Model:
             out = out @ m
         return out
 
-    return fn, tuple(_normal(rng, a, b, scale=1 / np.sqrt(a)) for a, b in zip(dims, dims[1:]))
+    return fn, tuple(normal(rng, a, b, scale=1 / np.sqrt(a)) for a, b in zip(dims, dims[1:]))
 
 
 def rnn_unrolled() -> Model:
@@ -132,8 +138,8 @@ def rnn_unrolled() -> Model:
             h = jnp.tanh(xs[t] @ w_x + h @ w_h + b)
         return h
 
-    return fn, (_normal(rng, steps, batch, n_in), _normal(rng, n_in, n_hid, scale=0.25),
-                _normal(rng, n_hid, n_hid, scale=0.15), _normal(rng, n_hid, scale=0.1))
+    return fn, (normal(rng, steps, batch, n_in), normal(rng, n_in, n_hid, scale=0.25),
+                normal(rng, n_hid, n_hid, scale=0.15), normal(rng, n_hid, scale=0.1))
 
 
 ZOO: dict[str, Callable[[], Model]] = {
