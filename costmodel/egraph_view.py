@@ -56,6 +56,18 @@ class BodyNode:
         return tuple(dict.fromkeys([*(b for o in self.operands for b in o.ops), self]))
 
 
+def kernel_roots(attrs: tuple) -> tuple[BodyNode, ...]:
+    """The bodies a kernel node's attrs name as computed: its root, then its tees."""
+    return (attrs[0], *(attrs[1] if len(attrs) > 1 else ()))
+
+
+def kernel_body_ops(node: ENode) -> tuple[BodyNode, ...]:
+    """Every op a `kernel` or `kernel_tee` node computes, operands first, each once; the root last
+    (tees are its operands or further roots that do not read it)."""
+    root, *tees = kernel_roots(node.attrs)
+    return tuple(dict.fromkeys(b for r in (*tees, root) for b in r.ops))
+
+
 @dataclass
 class EClass:
     id: str
@@ -120,6 +132,8 @@ def view_egraph(egraph: EGraph) -> EGraphView:
                 child_class = nodes[child]["eclass"]
                 if class_types[child_class].endswith(".Body"):
                     operands.append(body(child))
+                elif class_types[child_class].endswith(".Body]"):  # Vec[Body]: flattened in place
+                    operands.extend(body(c) for c in nodes[child]["children"])
                 elif is_term_class(child_class):
                     terms.append(child_class)
                 else:
@@ -127,18 +141,27 @@ def view_egraph(egraph: EGraph) -> EGraphView:
             bodies[node["eclass"]] = BodyNode(node["op"][len(BODY_PREFIX):], tuple(attrs), tuple(operands), terms[-1])
         return bodies[node["eclass"]]
 
+    def kernel_attrs(node) -> tuple:
+        """(root body, tee bodies[, index]) of a kernel, kernel_tee or tee_out node."""
+        root, *rest = node["children"]
+        if not rest:
+            return (body(root),)
+        return (body(root), tuple(body(c) for c in nodes[rest[0]]["children"]),
+                *(value(c) for c in rest[1:]))
+
     classes: dict[str, EClass] = {}
     roots: dict[int, str] = {}
     for node_id, node in nodes.items():
         op = node["op"]
         if op in ("Term.kernel", "Term.kernel_tee", "Term.tee_out"):
-            trees = tuple(body(c) for c in node["children"])
-            if any(o.op != "arg" for o in trees[0].operands):  # a kernel of one op is its plain node
-                cid = node["eclass"]
+            attrs = kernel_attrs(node)
+            if op != "Term.kernel" or any(o.op != "arg" for o in attrs[0].operands):  # a kernel of one op
+                cid = node["eclass"]                                                  # is its plain node
                 # tee_out depends on the kernel that writes it, in the class of that kernel's body
-                children = (trees[0].eclass,) if op == "Term.tee_out" else trees[0].reads
+                children = (attrs[0].eclass,) if op == "Term.tee_out" else \
+                    tuple(dict.fromkeys(c for b in kernel_roots(attrs) for c in b.reads))
                 classes.setdefault(cid, EClass(cid)).nodes.append(
-                    ENode(node_id, op[len(TERM_PREFIX):], cid, trees, children))
+                    ENode(node_id, op[len(TERM_PREFIX):], cid, attrs, children))
         elif op.startswith(TERM_PREFIX):
             attrs, children = [], []
             for child in node["children"]:

@@ -71,10 +71,11 @@ def violations(roots: list[str], choice: dict[str, ENode], exclusive: Exclusive,
 
 
 def drop_dominated(view: EGraphView, node_cost: dict[str, float], exclusive: Exclusive = (),
-                   requires: Requires = ()) -> EGraphView:
+                   requires: Requires = (), keep: frozenset[str] = frozenset()) -> EGraphView:
     """The view without dominated nodes (see the module docstring). A needed node (a kernel_tee)
     also provides what its requirers need: it is dominated only by a node needed the same way
-    (a kernel writing the same extra value), and a requirer whose needed node is gone goes too."""
+    (a kernel writing the same extra value), and a requirer whose needed node is gone goes too.
+    Nodes in `keep` (a warm start's) stay."""
     groups: dict[str, set[int]] = {}
     for index, (primary, secondary) in enumerate(exclusive):
         for node_id in primary | secondary:
@@ -91,7 +92,8 @@ def drop_dominated(view: EGraphView, node_cost: dict[str, float], exclusive: Exc
                         key=lambda t: (t[0], len(t[1]), len(t[2]), -len(t[3]), t[4].id))
         kept: list[tuple] = []
         for cost, children, member, gives, node in ranked:
-            if not any(c <= cost and ch <= children and m <= member and g >= gives for c, ch, m, g, _ in kept):
+            if node.id in keep or not any(c <= cost and ch <= children and m <= member and g >= gives
+                                          for c, ch, m, g, _ in kept):
                 kept.append((cost, children, member, gives, node))
         classes[cid] = [k[4] for k in kept]
         kept_ids.update(k[4].id for k in kept)

@@ -277,9 +277,11 @@ def extract_ilp(view: EGraphView, cost_of: Callable[[ENode], float], *,
 
 
 def extract_auto(view: EGraphView, cost_of: Callable[[ENode], float], time_limit_s: float,
-                 node_budget: int = 20_000, exclusive: Exclusive = (), requires: Requires = ()) -> Extraction:
-    """Greedy-DAG always; the ILP (warm-started from greedy) too when the e-graph has fewer than
-    `node_budget` e-nodes. Returns the cheaper (the ILP on ties: it carries the proven gap)."""
+                 node_budget: int = 20_000, exclusive: Exclusive = (), requires: Requires = (),
+                 warm_start: Extraction | None = None) -> Extraction:
+    """Greedy-DAG always; the ILP too when the e-graph has fewer than `node_budget` e-nodes,
+    started from the cheaper of greedy and `warm_start`. Returns the cheapest (the ILP on ties:
+    it carries the proven gap)."""
     node_cost: dict[str, float] = {}
 
     def cached(node: ENode) -> float:
@@ -287,9 +289,14 @@ def extract_auto(view: EGraphView, cost_of: Callable[[ENode], float], time_limit
             node_cost[node.id] = float(cost_of(node))
         return node_cost[node.id]
 
-    greedy = extract_greedy_dag(view, cached, exclusive, requires)
+    start = cheaper(extract_greedy_dag(view, cached, exclusive, requires), warm_start)
     if view.enode_count >= node_budget:
-        return greedy
-    ilp = extract_ilp(view, cached, warm_start=greedy, time_limit_s=time_limit_s, exclusive=exclusive,
+        return start
+    ilp = extract_ilp(view, cached, warm_start=start, time_limit_s=time_limit_s, exclusive=exclusive,
                       requires=requires)
-    return ilp if ilp.cost <= greedy.cost else greedy
+    return ilp if ilp.cost <= start.cost else start
+
+
+def cheaper(extraction: Extraction, other: Extraction | None) -> Extraction:
+    """`other` when it exists and costs less (a warm start that beats greedy)."""
+    return other if other is not None and other.cost < extraction.cost else extraction

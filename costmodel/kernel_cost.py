@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from costmodel.egraph_view import BodyNode, EClass, EGraphView, ENode
+from costmodel.egraph_view import BodyNode, EClass, EGraphView, ENode, kernel_body_ops
 from costmodel.formulas import Estimate, kernel_estimate
 from costmodel.op_cost import FREE_OPS, Aval, OpCost, nbytes, op_cost
 from costmodel.profile import HardwareProfile
@@ -67,7 +67,7 @@ def inlined_gemms(node: ENode) -> list[str]:
     """Classes of the GEMMs a kernel node computes inside itself."""
     if node.op not in KERNEL_OPS:
         return []
-    return [b.eclass for b in node.attrs[0].ops if b.op in ("dot", "conv")]
+    return [b.eclass for b in kernel_body_ops(node) if b.op in ("dot", "conv")]
 
 
 def gemm_exclusive_groups(view: EGraphView) -> list[tuple[frozenset[str], frozenset[str]]]:
@@ -78,7 +78,8 @@ def gemm_exclusive_groups(view: EGraphView) -> list[tuple[frozenset[str], frozen
     for cls in view.classes.values():
         for node in cls.nodes:
             for gemm in inlined_gemms(node):
-                groups.setdefault(gemm, set()).add(node.id)
+                if gemm != node.eclass:  # a kernel whose root is the GEMM (over views) is its own node
+                    groups.setdefault(gemm, set()).add(node.id)
     return [(frozenset(n.id for n in view.classes[cid].nodes if n.op != "tee_out"), frozenset(ids))
             for cid, ids in sorted(groups.items())]
 
@@ -86,8 +87,8 @@ def gemm_exclusive_groups(view: EGraphView) -> list[tuple[frozenset[str], frozen
 def tee_requirements(view: EGraphView) -> list[tuple[str, str]]:
     """(tee_out node, the kernel_tee node that writes its value): the first needs the second."""
     writers = {n.attrs: n.id for c in view.classes.values() for n in c.nodes if n.op == "kernel_tee"}
-    return [(n.id, writers[n.attrs]) for c in view.classes.values() for n in c.nodes
-            if n.op == "tee_out" and n.attrs in writers]
+    return [(n.id, writers[n.attrs[:2]]) for c in view.classes.values() for n in c.nodes
+            if n.op == "tee_out" and n.attrs[:2] in writers]
 
 
 class NodeCoster:
@@ -102,6 +103,7 @@ class NodeCoster:
         self.view, self.table, self.profile, self.static = view, table, profile, static
         self.fusion_proxy = fusion_proxy  # price vector ops as fused epilogues: compute only
         self.reads = read_bytes(view)
+        self.body_costs: dict[BodyNode, OpCost] = {}  # body ops are shared by many kernel nodes
 
     def aval(self, cid: str) -> Aval:
         cls = self.view.classes[cid]
@@ -111,20 +113,27 @@ class NodeCoster:
         op, params = node_equation(op_node, self.view.classes[op_node.eclass], self.table)
         return op, op_cost(self.profile, op, params, [self.aval(c) for c in operands], self.aval(op_node.eclass))
 
+    def body_cost(self, body: BodyNode) -> OpCost:
+        if body not in self.body_costs:
+            self.body_costs[body] = self.op_cost(body, [o.eclass for o in body.operands])[1]
+        return self.body_costs[body]
+
     def __call__(self, node: ENode) -> float:
         if node.op in LEAF_OPS:
             return 0.0
         if node.op == "tee_out" or (node.op != "opaque" and all(c in self.static for c in node.children)):
             return NODE_EPSILON_S  # a tee_out's kernel pays its write
-        ops = len(node.attrs[0].ops) if node.op in KERNEL_OPS else 1
-        return self.estimate(node).time_s + NODE_EPSILON_S * ops  # ties: fewer ops (hidden under HBM time)
+        ops = len(kernel_body_ops(node)) if node.op in KERNEL_OPS else 1
+        # An opaque primitive runs once for all its outputs (one node each): each pays its share.
+        shares = len(self.table.get(node.attrs[1])["out"]) if node.op == "opaque" else 1
+        return self.estimate(node).time_s / shares + NODE_EPSILON_S * ops  # ties: fewer ops (hidden under HBM time)
 
     def estimate(self, node: ENode) -> Estimate:
         write = class_bytes(self.view.classes[node.eclass])
         if node.op in KERNEL_OPS:
-            ops = node.attrs[0].ops
-            written = {node.attrs[1]} if node.op == "kernel_tee" else set()
-            parts = [self.op_cost(b, [o.eclass for o in b.operands])[1] for b in ops]
+            ops = kernel_body_ops(node)
+            written = set(node.attrs[1]) if node.op == "kernel_tee" else set()
+            parts = [self.body_cost(b) for b in ops]
             inside = sum(class_bytes(self.view.classes[b.eclass]) for b in ops[:-1]
                          if b.op not in VIEW_TERMS and b not in written)
             write += sum(class_bytes(self.view.classes[b.eclass]) for b in written)

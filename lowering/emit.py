@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from costmodel.egraph_view import BodyNode, EClass, EGraphView, ENode
+from costmodel.egraph_view import BodyNode, EClass, EGraphView, ENode, kernel_body_ops
 from costmodel.op_cost import IDIOMS
 from lowering.idioms import expand
 from rewrites.params import ParamsTable
@@ -121,15 +121,15 @@ def emit_program(view: EGraphView, choice: dict[str, ENode], table: ParamsTable,
             eqns.append({"op": op, "in": ins, "out": [spec], "params": params})
         return spec["name"]
 
-    teed: dict[tuple, str] = {}  # (body, tee) of an emitted kernel_tee -> name of the value it also writes
+    teed: dict[tuple, list[str]] = {}  # (body, tees) of an emitted kernel_tee -> names of the values it also writes
 
     def emit_body(node: ENode) -> str:
-        root, local = node.attrs[0], {}
-        for body in root.ops:
+        local = {}
+        for body in kernel_body_ops(node):
             local[body] = emit_op(body, [names[o.eclass] if o.op == "arg" else local[o] for o in body.operands])
         if node.op == "kernel_tee":
-            teed[node.attrs] = local[node.attrs[1]]
-        return local[root]
+            teed[node.attrs] = [local[t] for t in node.attrs[1]]
+        return local[node.attrs[0]]
 
     def emit(cid: str) -> None:
         node = choice[cid]
@@ -146,7 +146,7 @@ def emit_program(view: EGraphView, choice: dict[str, ENode], table: ParamsTable,
             names[cid] = emit_body(node)
             return
         if node.op == "tee_out":
-            names[cid] = teed[node.attrs]  # its kernel (a child) was emitted first
+            names[cid] = teed[node.attrs[:2]][node.attrs[2]]  # its kernel (a child) was emitted first
             return
         ins = [names[c] for c in node.children]
         if node.op == "opaque":

@@ -48,6 +48,9 @@ def expand(op: str, params: dict[str, Any], args: list, arg_avals: list[tuple], 
     result = traced["outputs"][0]
     eqns = []
     for eqn in traced["eqns"]:
+        if eqn["op"] == "stop_gradient" and eqn["out"][0]["name"] != result:  # a forward no-op (softmax's
+            rename[eqn["out"][0]["name"]] = rename.get(eqn["in"][0], eqn["in"][0])  # max shift): no kernel
+            continue
         outs = [{**o, "name": out_name if o["name"] == result else prefix + o["name"]} for o in eqn["out"]]
         rename.update((o["name"], new["name"]) for o, new in zip(eqn["out"], outs))
         eqns.append({**eqn, "in": [rename.get(a, a) if isinstance(a, str) else a for a in eqn["in"]], "out": outs})

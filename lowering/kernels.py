@@ -162,7 +162,7 @@ def _assign_greedy(placer: _Placer, static: set[str], fuse: bool) -> None:
         producers = [k for a in eqn["in"] if isinstance(a, str) and (k := placer.producer.get(a)) in per_call]
         if _is_static(eqn, static):
             target = placer.open(per_call=False)
-        elif fuse and cost.kind == "free" and not producers:
+        elif fuse and eqn["op"] in VIEW_OPS and not producers:  # a view of earlier data: folded into readers
             placer.defer(index)
             continue
         else:
@@ -205,9 +205,18 @@ def _finish(kernel: Kernel, program, costs: list[OpCost], avals, profile: Hardwa
                        (intermediates, "intermediate", level)) for n in names]
     gemms = [c for c in parts if c.kind == "gemm"]
     kernel.tiling = gemms[0].tiling if gemms else {}
-    kernel.estimate = fused_estimate(profile, parts, sum(nbytes(avals[n]) for n in kernel.inputs),
+    kernel.estimate = fused_estimate(profile, parts, sum(_read_bytes(n, eqns, avals) for n in kernel.inputs),
                                      sum(nbytes(avals[n]) for n in kernel.outputs), inside_bytes,
                                      len(kernel.inputs), len(kernel.outputs))
+
+
+def _read_bytes(name: str, eqns: list[dict[str, Any]], avals: dict[str, Aval]) -> int:
+    """Bytes a kernel reads of an input: the whole buffer, or the parts its slices read when it
+    reads the input only through slices (a strided read, as extraction prices it)."""
+    readers = [e for e in eqns if name in e["in"]]
+    if readers and all(e["op"] == "slice" for e in readers):
+        return min(nbytes(avals[name]), sum(nbytes(avals[e["out"][0]["name"]]) for e in readers))
+    return nbytes(avals[name])
 
 
 def _buffer(name: str, aval: Aval, role: str, level: str) -> dict[str, Any]:

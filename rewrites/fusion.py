@@ -96,8 +96,8 @@ def _fuse_rule(spec: FusableOp, absorbed: tuple[int, ...]):
         facts += [ops <= i64(MAX_BODY_OPS), gemms <= i64(1)]
     # ... and for each inlined operand x_i, the variant that also writes it: t = kernel_tee(body, b_i),
     # x_i = tee_out(body, b_i) (multi-output fusion)
-    tees = [a for i in absorbed for a in (union(t).with_(Term.kernel_tee(body, B[i])),
-                                          union(X[i]).with_(Term.tee_out(body, B[i])))]
+    tees = [a for i in absorbed for a in (union(t).with_(Term.kernel_tee(body, Vec[Body](B[i]))),
+                                          union(X[i]).with_(Term.tee_out(body, Vec[Body](B[i]), i64(0))))]
     return rule(*facts).then(union(t).with_(Term.kernel(body)), set_(body_ops(body)).to(ops),
                              set_(body_gemms(body)).to(gemms), *tees)
 

@@ -27,6 +27,7 @@ class LoadedProgram:
     program: dict[str, Any]
     n_outputs: int
     eqn_count: int = 0
+    env: dict[str, Term] = field(default_factory=dict)  # wire name -> its term (the let bound at ingest)
     timings: dict[str, float] = field(default_factory=dict)
 
 
@@ -38,62 +39,65 @@ def _ints(value: Any) -> Vec:
     return ivec(value or ())
 
 
-def _dot(args, p, table):
+def _dot(T, args, p, table):
     (lc, rc), (lb, rb) = p["dimension_numbers"]
-    return Term.dot(args[0], args[1], _ints(lc), _ints(rc), _ints(lb), _ints(rb),
+    return T.dot(args[0], args[1], _ints(lc), _ints(rc), _ints(lb), _ints(rb),
                     table.intern(_rest(p, "dimension_numbers")))
 
 
-def _select(args, p, table):
-    return Term.select(*args) if len(args) == 3 and not p else None
+def _select(T, args, p, table):
+    return T.select(*args) if len(args) == 3 and not p else None
 
 
-def _convert(args, p, table):
+def _convert(T, args, p, table):
     new_dtype = p["new_dtype"]
     name = new_dtype["dtype"] if isinstance(new_dtype, dict) else str(new_dtype)
-    return Term.convert(args[0], name, table.intern(_rest(p, "new_dtype")))
+    return T.convert(args[0], name, table.intern(_rest(p, "new_dtype")))
 
 
-def _concat(args, p, table):
-    return Term.concat(Vec[Term](*args), p["dimension"]) if set(p) == {"dimension"} else None
+def _concat(T, args, p, table):
+    if set(p) != {"dimension"}:
+        return None
+    return Term.concat(Vec[Term](*args), p["dimension"]) if T is Term else T.concat(args, p["dimension"])
 
 
-def _slice(args, p, table):
+def _slice(T, args, p, table):
     if set(p) != {"start_indices", "limit_indices", "strides"}:
         return None
-    return Term.slice(args[0], _ints(p["start_indices"]), _ints(p["limit_indices"]), _ints(p["strides"]))
+    return T.slice(args[0], _ints(p["start_indices"]), _ints(p["limit_indices"]), _ints(p["strides"]))
 
 
 def _only(keys: set[str], build: Callable) -> Callable:
     """A builder that applies only when the eqn has exactly these params (else: opaque)."""
-    return lambda args, p, table: build(args, p, table) if set(p) == keys else None
+    return lambda T, args, p, table: build(T, args, p, table) if set(p) == keys else None
 
 
-# Per-primitive encoders: (args, wire params, params table) -> Term, or None for "keep opaque".
+# Per-primitive encoders: (constructors, args, wire params, params table) -> term, or None for "keep
+# opaque". The constructors are Term's, or Body's for a kernel body (rewrites/kernel_seeds.py).
 ENCODERS: dict[str, Callable[[list, dict, ParamsTable], Any]] = {
     "dot_general": _dot,
     "select_n": _select,
     "convert_element_type": _convert,
     "concatenate": _concat,
     "slice": _slice,
-    "transpose": _only({"permutation"}, lambda a, p, t: Term.transpose(a[0], ivec(p["permutation"]))),
-    "squeeze": _only({"dimensions"}, lambda a, p, t: Term.squeeze(a[0], ivec(p["dimensions"]))),
-    "integer_pow": _only({"y"}, lambda a, p, t: Term.integer_pow(a[0], p["y"])),
-    "reshape": lambda a, p, t: (Term.reshape(a[0], ivec(p["new_sizes"]), t.intern(_rest(p, "new_sizes")))
+    "transpose": _only({"permutation"}, lambda T, a, p, t: T.transpose(a[0], ivec(p["permutation"]))),
+    "squeeze": _only({"dimensions"}, lambda T, a, p, t: T.squeeze(a[0], ivec(p["dimensions"]))),
+    "integer_pow": _only({"y"}, lambda T, a, p, t: T.integer_pow(a[0], p["y"])),
+    "reshape": lambda T, a, p, t: (T.reshape(a[0], ivec(p["new_sizes"]), t.intern(_rest(p, "new_sizes")))
                                if p.get("dimensions") is None else None),  # dimensions: a transposing reshape
-    "broadcast_in_dim": lambda a, p, t: Term.broadcast(
+    "broadcast_in_dim": lambda T, a, p, t: T.broadcast(
         a[0], ivec(p["shape"]), ivec(p["broadcast_dimensions"]),
         t.intern(_rest(p, "shape", "broadcast_dimensions"))),
-    "conv_general_dilated": lambda a, p, t: Term.conv(
+    "conv_general_dilated": lambda T, a, p, t: T.conv(
         a[0], a[1], p["dimension_numbers"]["fields"]["rhs_spec"][0], p["dimension_numbers"]["fields"]["out_spec"][1],
         t.intern(p)),
 }
 for _op in UNARY_OPS:
-    ENCODERS[_op] = lambda a, p, t, op=_op: Term.unary(op, a[0], t.intern(p)) if len(a) == 1 else None
+    ENCODERS[_op] = lambda T, a, p, t, op=_op: T.unary(op, a[0], t.intern(p)) if len(a) == 1 else None
 for _op in BINARY_OPS:
-    ENCODERS[_op] = lambda a, p, t, op=_op: Term.binary(op, a[0], a[1], t.intern(p)) if len(a) == 2 else None
+    ENCODERS[_op] = lambda T, a, p, t, op=_op: T.binary(op, a[0], a[1], t.intern(p)) if len(a) == 2 else None
 for _op in REDUCE_OPS:
-    ENCODERS[_op] = lambda a, p, t, op=_op: Term.reduce(op, a[0], ivec(p["axes"]), t.intern(_rest(p, "axes")))
+    ENCODERS[_op] = lambda T, a, p, t, op=_op: T.reduce(op, a[0], ivec(p["axes"]), t.intern(_rest(p, "axes")))
 
 
 def _ungrouped_conv(eqn: dict[str, Any]) -> bool:
@@ -114,18 +118,41 @@ def literal_roundtrips(lit: dict[str, Any]) -> bool:
                                                      and abs(value) <= 2**53)
 
 
+def encode_typed(constructors: Any, eqn: dict[str, Any], args: list, table: ParamsTable) -> Any:
+    """The typed term of a single-output equation built with `constructors` (Term, or Body's with
+    `like` bound), or None when it has no typed form (opaque, several outputs, odd params)."""
+    encoder = ENCODERS.get(eqn["op"])
+    if encoder is None or len(eqn["out"]) != 1:
+        return None
+    try:
+        return encoder(constructors, args, strip_none_defaults(eqn["op"], eqn.get("params") or {}), table)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None  # params of an unexpected form (or no Body mirror): carry the eqn through untouched
+
+
+def _split(eqn: dict[str, Any], args: list[Term]) -> list[Term] | None:
+    """split(x) -> one static slice per output (views of x, as XLA lowers it), or None."""
+    params = eqn.get("params") or {}
+    if set(params) != {"sizes", "axis"} or len(args) != 1:
+        return None
+    axis, start, terms = int(params["axis"]), 0, []
+    for out in eqn["out"]:
+        shape = list(out["shape"])
+        lo = [start if d == axis else 0 for d in range(len(shape))]
+        hi = [start + shape[d] if d == axis else shape[d] for d in range(len(shape))]
+        terms.append(Term.slice(args[0], ivec(lo), ivec(hi), ivec(())))
+        start += shape[axis]
+    return terms
+
+
 def encode_eqn(eqn: dict[str, Any], args: list[Term], table: ParamsTable) -> list[Term]:
     """The terms for each output of one equation."""
-    op, params, outs = eqn["op"], eqn.get("params") or {}, eqn["out"]
-    encoder = ENCODERS.get(op)
-    if encoder is not None and len(outs) == 1:
-        try:
-            term = encoder(args, strip_none_defaults(op, params), table)
-        except (KeyError, TypeError, ValueError):
-            term = None  # params of an unexpected form: carry the eqn through untouched
-        if term is not None:
-            return [term]
-    return [Term.opaque(op, _opaque_extra(eqn, table), Vec[Term](*args), i) for i in range(len(outs))]
+    term = encode_typed(Term, eqn, args, table)
+    if term is not None:
+        return [term]
+    if eqn["op"] == "split" and (slices := _split(eqn, args)) is not None:
+        return slices
+    return [Term.opaque(eqn["op"], _opaque_extra(eqn, table), Vec[Term](*args), i) for i in range(len(eqn["out"]))]
 
 
 def _opaque_extra(eqn: dict[str, Any], table: ParamsTable, literals: list | None = None) -> int:
@@ -205,7 +232,7 @@ def ingest(program: dict[str, Any]) -> LoadedProgram:
     commands = [*analyses, *(union(output(i)).with_(r) for i, r in enumerate(roots))]
     if commands:  # an empty program has none, and egglog's register needs at least one
         egraph.register(*commands)
-    return LoadedProgram(egraph, table, program, len(roots), len(program["eqns"]))
+    return LoadedProgram(egraph, table, program, len(roots), len(program["eqns"]), env=env)
 
 
 def _opaque_with_literal_args(eqn: dict[str, Any], table: ParamsTable, env: dict[str, Term]) -> list[Term]:

@@ -121,14 +121,15 @@ class Term(Expr):
         the fusion rules (rewrites/fusion.py) put it in the class of the value it computes."""
 
     @classmethod
-    def kernel_tee(cls, body: Body, tee: Body) -> Term:
-        """`kernel(body)` that also writes the value of `tee`, an operand it computes inside
-        (multi-output fusion: other readers of that value need neither recompute nor a kernel)."""
+    def kernel_tee(cls, body: Body, tees: Vec[Body]) -> Term:
+        """`kernel(body)` that also computes and writes the values of `tees` (multi-output fusion:
+        other readers of those values need neither recompute nor a kernel of their own). A tee
+        is an operand inside `body` or a further root of the kernel."""
 
     @classmethod
-    def tee_out(cls, body: Body, tee: Body) -> Term:
-        """The value of `tee` as written by `kernel_tee(body, tee)`; extraction may choose it
-        only together with that kernel."""
+    def tee_out(cls, body: Body, tees: Vec[Body], index: i64Like) -> Term:
+        """The value of `tees[index]` as written by `kernel_tee(body, tees)`; extraction may
+        choose it only together with that kernel."""
 
 
 class Body(Expr):
@@ -175,6 +176,14 @@ class Body(Expr):
 
     @classmethod
     def convert(cls, x: Body, new_dtype: StringLike, extra: i64Like, like: Term) -> Body: ...
+
+    # Slices and concatenations inside a kernel come from seeded kernels only (rewrites/kernel_seeds.py):
+    # the fusion rules treat slices as views and leave concatenations (weight stacking) alone.
+    @classmethod
+    def slice(cls, x: Body, start: Vec[i64], limit: Vec[i64], strides: Vec[i64], like: Term) -> Body: ...
+
+    @classmethod
+    def concat(cls, parts: Vec[Body], dimension: i64Like, like: Term) -> Body: ...
 
     @classmethod
     def squeeze(cls, x: Body, dimensions: Vec[i64], like: Term) -> Body: ...

@@ -8,20 +8,23 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from costmodel.egraph_view import EGraphView, view_egraph
 from costmodel.extract import Exclusive, Extraction, Requires, drop_dominated, extract_greedy_dag
-from costmodel.ilp import extract_auto, extract_ilp
+from costmodel.ilp import cheaper, extract_auto, extract_ilp
 from costmodel.kernel_cost import NodeCoster, gemm_exclusive_groups, tee_requirements
 from costmodel.profile import HardwareProfile, load_profile, profile_from_dict
+from costmodel.warm_start import seeded_extraction
 from lowering.emit import ExtractionCycle, emit_program, without_unused_consts
 from lowering.kernels import KernelProgram, build_kernel_program, lower_bound
 from lowering.listing import kernel_listing
 from lowering.to_jax import typecheck
 from lowering.validate import validate
 from rewrites.ingest import LoadedProgram, ingest
+from rewrites.kernel_seeds import KernelSeed, seed_kernels
 from rewrites.schedule import FUSION_ONLY, NO_RULES, SCHEDULES, Budget, saturate
 from service.control_flow import optimize_nested
 from service.options import OptimizeOptions
@@ -82,37 +85,46 @@ def _budget(options: OptimizeOptions) -> Budget:
 
 
 AUTO_ILP_NODE_BUDGET = 5_000  # beyond this the ILP rarely proves anything in the time it gets
-# Kernel e-graphs are harder (exclusive GEMMs, tee requirements, weak LP bounds): at 0.6-1.8k
-# candidates (transformer layer, MLP training step) up to 30 s of HiGHS never beat greedy's start,
-# while the unrolled RNN's ~200 prove optimal in 0.1 s.
-AUTO_FUSION_ILP_NODE_BUDGET = 500
+# Kernel e-graphs are harder (exclusive GEMMs, tee requirements, weak LP bounds). Started from
+# the seeded conventional kernels, 0.6-0.9k candidates (transformer layer, MLP training step, MLP-
+# Mixer) prove optimal in 0.1-0.3 s; BERT's 0.9k and the NasRNN's 6.5k keep a gap after 2 s.
+AUTO_FUSION_ILP_NODE_BUDGET = 1_000
 AUTO_ILP_TIME_FRACTION = 0.25  # of the request's time limit, capped below
+AUTO_ILP_MAX_S = {True: 2.0, False: 0.5}  # cap by stage (fusion_proxy: the algebra)
 
 
 def _extract(view: EGraphView, cost, options: OptimizeOptions, time_limit_s: float,
-             exclusive: Exclusive, requires: Requires, node_budget: int) -> Extraction:
-    """`ilp` gets the whole time limit; `auto` gives it a quarter (at most 2 s) and keeps greedy's
-    answer when the ILP cannot beat it in time (e.g. symmetric commutativity-heavy e-graphs)."""
+             exclusive: Exclusive, requires: Requires, node_budget: int, auto_cap_s: float,
+             warm: Extraction | None) -> Extraction:
+    """`ilp` gets the whole time limit; `auto` gives it a quarter (at most `auto_cap_s`) and keeps
+    greedy's answer when the ILP cannot beat it in time (e.g. symmetric commutativity-heavy
+    e-graphs). All start from the cheaper of greedy and `warm` (the seeded kernels)."""
+    if options.extraction == "auto":
+        return extract_auto(view, cost, min(auto_cap_s, AUTO_ILP_TIME_FRACTION * time_limit_s), node_budget,
+                            exclusive, requires, warm)
+    start = cheaper(extract_greedy_dag(view, cost, exclusive, requires), warm)
     if options.extraction == "greedy":
-        return extract_greedy_dag(view, cost, exclusive, requires)
-    if options.extraction == "ilp":
-        return extract_ilp(view, cost, time_limit_s=time_limit_s, exclusive=exclusive, requires=requires)
-    return extract_auto(view, cost, min(2.0, AUTO_ILP_TIME_FRACTION * time_limit_s), node_budget,
-                        exclusive, requires)
+        return start
+    return extract_ilp(view, cost, warm_start=start, time_limit_s=time_limit_s, exclusive=exclusive,
+                       requires=requires)
 
 
 def _extract_stage(loaded: LoadedProgram, profile: HardwareProfile, program: dict, options: OptimizeOptions,
-                   fusion_proxy: bool) -> tuple[EGraphView, Extraction]:
+                   fusion_proxy: bool, seeds: Sequence[KernelSeed] = ()) -> tuple[EGraphView, Extraction]:
     """Serialize, price and extract. With `fusion_proxy` (the algebra stage, which has no kernel
-    nodes yet) vector ops are priced as fused epilogues, anticipating the fusion stage."""
+    nodes yet) vector ops are priced as fused epilogues, anticipating the fusion stage. `seeds`
+    (the conventional kernels, seeded into the e-graph) make the program extraction starts from."""
     view = view_egraph(loaded.egraph)
     coster = NodeCoster(view, loaded.params, profile, static_classes(view, program, profile.kernel.precompute_weights),
                         fusion_proxy)
     node_cost = {n.id: coster(n) for c in view.classes.values() for n in c.nodes}
     exclusive, requires = gemm_exclusive_groups(view), tee_requirements(view)
-    candidates = drop_dominated(view, node_cost, exclusive, requires)
+    warm = seeded_extraction(view, seeds, node_cost, exclusive, requires) if seeds else None
+    keep = frozenset(n.id for n in warm.choice.values()) if warm else frozenset()
+    candidates = drop_dominated(view, node_cost, exclusive, requires, keep)
     extraction = _extract(candidates, lambda n: node_cost[n.id], options, _budget(options).time_limit_s,
-                          exclusive, requires, AUTO_ILP_NODE_BUDGET if fusion_proxy else AUTO_FUSION_ILP_NODE_BUDGET)
+                          exclusive, requires, AUTO_ILP_NODE_BUDGET if fusion_proxy else AUTO_FUSION_ILP_NODE_BUDGET,
+                          AUTO_ILP_MAX_S[fusion_proxy], warm)
     extraction.candidates = candidates.enode_count
     return view, extraction
 
@@ -138,8 +150,11 @@ def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | N
         fused = ingest(algebraic)  # all consts kept: var indices mean the same as in `program`
     with _stage(timings, "fuse"):
         fusion = saturate(fused.egraph, FUSION_ONLY if options.rules else NO_RULES, _budget(options))
+        algebraic = without_unused_consts(algebraic)  # eqn indices are unchanged
+        greedy = build_kernel_program(algebraic, profile, fuse=True)  # the conventional kernels
+        seeds = seed_kernels(fused, [(k.eqns, set(k.outputs)) for k in greedy.kernels]) if options.rules else []
     with _stage(timings, "extract_kernels"):
-        kernel_view, extraction = _extract_stage(fused, profile, program, options, fusion_proxy=False)
+        kernel_view, extraction = _extract_stage(fused, profile, program, options, fusion_proxy=False, seeds=seeds)
     notes: list[str] = []
     fusion_report: dict[str, Any] = {"chosen": "none"}
     with _stage(timings, "lower"):
@@ -149,11 +164,10 @@ def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | N
             emitted = emit_program(kernel_view, extraction.choice, fused.params, program)
             candidate = without_unused_consts(emitted.program)  # eqn indices (groups) are unchanged
             lowered = build_kernel_program(candidate, profile, groups=emitted.groups)
-            # The conventional policy over the algebraic optimum, kept when the e-graph's kernels
-            # (single-root bodies of <= MAX_BODY_OPS ops, multi-output only via the ILP) lose to it.
-            algebraic = without_unused_consts(algebraic)
-            greedy = build_kernel_program(algebraic, profile, fuse=True)
-            fusion_report = {"egraph_s": lowered.total.time_s, "greedy_s": greedy.total.time_s, "chosen": "egraph"}
+            # The greedy kernels are e-nodes the extraction starts from, so this guard is for
+            # seeds it could not match (a program that repeats an equation) and estimate drift.
+            fusion_report = {"egraph_s": lowered.total.time_s, "greedy_s": greedy.total.time_s, "chosen": "egraph",
+                             "seeded_kernels": len(seeds)}
             if greedy.total.time_s < lowered.total.time_s:
                 candidate, lowered, fusion_report["chosen"] = algebraic, greedy, "greedy"
         except ExtractionCycle as err:

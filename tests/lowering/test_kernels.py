@@ -73,3 +73,11 @@ def test_intermediates_beyond_sram_spill_out_and_back():
     assert [b["level"] for b in tight.buffers if b["role"] == "intermediate"] == ["spill", "spill"]
     spilled = 2 * (2 * x.nbytes - 1024)  # both intermediates, out and back, beyond what fits
     assert tight.estimate.hbm_bytes == roomy.estimate.hbm_bytes + spilled
+
+
+def test_a_kernel_reading_an_input_through_slices_reads_only_the_slices():
+    x = np.ones((8, 64), np.float32)
+    program = capture(lambda x: jnp.tanh(x[:, :16]) * 2.0, x)
+    (kernel,) = build_kernel_program(program, PROFILE).kernels  # the slice is folded in, not a copy kernel
+    assert kernel.inputs == ["in0"] and "slice" in kernel.ops
+    assert kernel.estimate.hbm_bytes == 2 * 8 * 16 * 4  # a quarter of x read, the result written

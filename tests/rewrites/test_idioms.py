@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from jax import lax
 from rule_harness import check_rule_numerics, optimized_matches, random_args, saturate_fn, seeds, shapes
 
-from lowering.idioms import reference
+from lowering.idioms import expand, reference
+from lowering.to_jax import program_to_callable
 from rewrites.idioms import IDIOMS
 from rewrites.layout import LAYOUT
 
@@ -85,3 +86,14 @@ def test_near_misses_are_not_recognized():
     wrong_count = lambda x: (x - x.sum(-1, keepdims=True) / 6) * lax.rsqrt(
         ((x - x.sum(-1, keepdims=True) / 6) ** 2).sum(-1, keepdims=True) / 6 + 1e-5)
     assert not _recognized(wrong_count, x, "layer_norm")  # divides by 6, the axis has 7
+
+
+def test_softmax_expands_without_a_stop_gradient_kernel():
+    # stop_gradient is a forward no-op; emitted it would be a kernel of its own
+    x = np.random.default_rng(0).normal(size=(4, 8)).astype(np.float32)
+    eqns = expand("softmax", {}, ["x"], [((4, 8), "float32")], "y")
+    assert "stop_gradient" not in [e["op"] for e in eqns]
+    program = {"format": "optu.jaxpr/v1", "inputs": [{"name": "x", "shape": [4, 8], "dtype": "float32"}],
+               "consts": [], "eqns": eqns, "outputs": ["y"]}
+    (got,) = program_to_callable(program)(x)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(jax.nn.softmax(x, axis=-1)))

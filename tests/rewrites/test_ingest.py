@@ -17,7 +17,10 @@ from rule_harness import Saturated, bits_equal, ill_typed_nodes, nodes, typed
 
 from costmodel.egraph_view import view_egraph
 from costmodel.extract import extract_greedy_dag
+from costmodel.kernel_cost import NodeCoster
+from costmodel.profile import load_profile
 from lowering.emit import emit_program
+from lowering.kernels import build_kernel_program
 from lowering.to_jax import program_to_callable, typecheck
 from rewrites.ingest import ingest
 from rewrites.schedule import NO_RULES, Budget, saturate
@@ -175,6 +178,27 @@ def test_multi_output_opaque_is_emitted_once():
     emitted, result = roundtrip(program)
     assert [e["op"] for e in emitted["eqns"]] == ["sort"] and len(emitted["eqns"][0]["out"]) == 2
     assert len(nodes(result.view, "opaque")) == 2  # one term per output, one equation
+
+
+def test_split_becomes_one_slice_per_output():
+    x = F(4, 12)
+    program = capture(lambda x: jnp.split(x, [2, 7], axis=1), x)
+    assert [e["op"] for e in program["eqns"]] == ["split"]
+    emitted, _ = roundtrip(program)
+    assert [e["op"] for e in emitted["eqns"]] == ["slice"] * 3
+    expected, got = program_to_callable(program)(x), program_to_callable(emitted)(x)
+    assert all(bits_equal(e, g) for e, g in zip(expected, got))
+
+
+def test_multi_output_opaque_is_priced_once_by_extraction():
+    x, y = F(3, 4), F(3, 4)
+    program = capture(lambda x, y: lax.sort((x, y), num_keys=1), x, y)
+    loaded = ingest(program)
+    view = view_egraph(loaded.egraph)
+    coster = NodeCoster(view, loaded.params, load_profile("optu-v1"), set())
+    outputs = nodes(view, "opaque")
+    kernel = build_kernel_program(program, load_profile("optu-v1"), fuse=False).total.time_s
+    assert sum(coster(n) for n in outputs) == pytest.approx(kernel, abs=1e-9)  # up to the tie epsilon
 
 
 def test_signed_zero_literals_stay_distinct():

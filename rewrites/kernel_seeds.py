@@ -1,0 +1,93 @@
+"""Kernels chosen outside the e-graph, added to it as kernel e-nodes.
+
+The conventional greedy fusion of a program (lowering/kernels.py) makes long multi-output kernels
+that the fusion rules, whose bodies stay small, never enumerate. Seeded as `kernel`/`kernel_tee`
+nodes (with a `tee_out` per further value they write), they become alternatives like any other:
+extraction weighs them against the rules' kernels under the profile, can mix the two, and starts
+from them (costmodel/warm_start.py), so the e-graph's choice is never worse than that policy.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from egglog import Vec, i64, union
+
+from rewrites.ingest import LoadedProgram, encode_typed, literal_roundtrips, literal_term
+from rewrites.params import ParamsTable
+from rewrites.terms import Body, Term
+
+
+class BodyConstructors:
+    """Body's constructors with `like` bound, so the ingest encoders build a kernel body's op
+    where they build a term; an op with no Body mirror (concat, opaque) raises AttributeError."""
+
+    def __init__(self, like: Term):
+        self.like = like
+
+    def __getattr__(self, name: str):
+        build = getattr(Body, name)
+        return lambda *args: build(*args, self.like)
+
+    def concat(self, parts: list[Body], dimension: int) -> Body:  # the encoder's parts, as a Vec here
+        return Body.concat(Vec[Body](*parts), dimension, self.like)
+
+
+@dataclass(frozen=True)
+class KernelSeed:
+    """A seeded kernel by equation indices of the program: the value its node computes, the
+    further values it writes (in `tee_out` index order) and every op it computes."""
+
+    root: int
+    tees: tuple[int, ...]
+    ops: frozenset[int]
+
+
+def seed_kernels(loaded: LoadedProgram, kernels: Sequence[tuple[Sequence[int], set[str]]]) -> list[KernelSeed]:
+    """Add each kernel, given as (its equations in execution order, the names it writes), to the
+    e-graph of `loaded` (the same program). An equation with no body form (concat, opaque, a
+    multi-output primitive) leaves the kernel: its value is written and read back."""
+    eqns, env = loaded.program["eqns"], loaded.env
+    seeds: list[KernelSeed] = []
+    commands = []
+    for indices, writes in kernels:
+        # An equation with no body splits the kernel: the ops before it write what it and the
+        # ops after it read (a kernel that fed it and read it back would be a cycle).
+        for run in _runs_with_bodies(eqns, env, loaded.params, indices):
+            mine = {i for i, _, _ in run}
+            read_elsewhere = {a for i in indices if i not in mine for a in eqns[i]["in"] if isinstance(a, str)}
+            written = [(i, n) for i, n, _ in run if n in writes or n in read_elsewhere]
+            if len(run) < 2 or not written:
+                continue  # a lone op is its plain node already
+            bodies = {n: b for _, n, b in run}
+            (root, root_name), tees = written[-1], written[:-1]
+            root_body, tee_bodies = bodies[root_name], Vec[Body](*(bodies[n] for _, n in tees))
+            if tees:
+                commands.append(union(env[root_name]).with_(Term.kernel_tee(root_body, tee_bodies)))
+                commands += [union(env[n]).with_(Term.tee_out(root_body, tee_bodies, i64(k)))
+                             for k, (_, n) in enumerate(tees)]
+            else:
+                commands.append(union(env[root_name]).with_(Term.kernel(root_body)))
+            seeds.append(KernelSeed(root, tuple(i for i, _ in tees), frozenset(mine)))
+    if commands:
+        loaded.egraph.register(*commands)
+    return seeds
+
+
+def _runs_with_bodies(eqns: list[dict], env: dict[str, Term], table: ParamsTable,
+                      indices: Sequence[int]) -> list[list[tuple[int, str, Body]]]:
+    """Maximal runs of consecutive equations that have a body form, as (index, name, body)."""
+    runs: list[list[tuple[int, str, Body]]] = [[]]
+    for index in indices:
+        eqn = eqns[index]
+        body = None
+        if len(eqn["out"]) == 1 and all(isinstance(a, str) or literal_roundtrips(a) for a in eqn["in"]):
+            inside = {n: b for _, n, b in runs[-1]}
+            args = [(inside[a] if a in inside else Body.arg(env[a])) if isinstance(a, str)
+                    else Body.arg(literal_term(a)) for a in eqn["in"]]
+            body = encode_typed(BodyConstructors(env[eqn["out"][0]["name"]]), eqn, args, table)
+        if body is None:
+            runs.append([])
+        else:
+            runs[-1].append((index, eqn["out"][0]["name"], body))
+    return [run for run in runs if run]

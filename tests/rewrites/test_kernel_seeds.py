@@ -1,0 +1,104 @@
+"""Seeded kernels: the conventional greedy fusion's kernels as e-nodes, found again by the warm
+start, bit-identical to their unfused form and priced as the kernel program prices them."""
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bench.models.zoo import ZOO
+from costmodel.egraph_view import view_egraph
+from costmodel.extract import drop_dominated
+from costmodel.ilp import extract_ilp
+from costmodel.kernel_cost import KERNEL_OPS, NODE_EPSILON_S, NodeCoster, gemm_exclusive_groups, tee_requirements
+from costmodel.profile import load_profile
+from costmodel.warm_start import seeded_extraction
+from lowering.emit import emit_program
+from lowering.kernels import build_kernel_program
+from lowering.validate import validate
+from rewrites.ingest import ingest
+from rewrites.kernel_seeds import seed_kernels
+from rewrites.schedule import FUSION_ONLY, Budget, saturate
+from service.capture import capture
+from service.pipeline import static_classes
+
+PROFILE = load_profile("optu-v1")
+RNG = np.random.default_rng(1)
+
+
+def _arrays(*shapes):
+    return [RNG.normal(size=s).astype(np.float32) for s in shapes]
+
+
+PROGRAMS = {
+    **{name: ZOO[name]() for name in ("transformer_layer", "mlp_train_step", "rnn_unrolled")},
+    # a KV-cache append: the concatenation sits inside the greedy kernel
+    "cache_append": (lambda cache, x, w: jnp.concatenate([cache, jnp.tanh(x @ w) * 0.5], axis=0) + 1.0,
+                     _arrays((12, 32), (4, 16), (16, 32))),
+    # cumsum has no body form: it splits the greedy kernel into two seeds around it
+    "split_by_opaque": (lambda x: jnp.cumsum(jnp.tanh(jnp.exp(x)), axis=-1) * 2.0 + x,
+                        _arrays((16, 32))),
+}
+
+
+def seeded(program, profile=PROFILE):
+    """The fusion e-graph of `program` with its greedy kernels seeded, and the seeded extraction."""
+    greedy = build_kernel_program(program, profile, fuse=True)
+    loaded = ingest(program)
+    saturate(loaded.egraph, FUSION_ONLY, Budget())
+    seeds = seed_kernels(loaded, [(k.eqns, set(k.outputs)) for k in greedy.kernels])
+    view = view_egraph(loaded.egraph)
+    coster = NodeCoster(view, loaded.params, profile, static_classes(view, program))
+    cost = {n.id: coster(n) for c in view.classes.values() for n in c.nodes}
+    exclusive, requires = gemm_exclusive_groups(view), tee_requirements(view)
+    warm = seeded_extraction(view, seeds, cost, exclusive, requires)
+    return greedy, seeds, loaded, view, cost, (exclusive, requires), warm
+
+
+@pytest.mark.parametrize("name", sorted(set(PROGRAMS) - {"split_by_opaque"}))
+def test_the_seeded_kernels_are_found_again_and_compute_the_program_bit_for_bit(name):
+    fn, args = PROGRAMS[name]
+    program = capture(fn, *args)
+    greedy, seeds, loaded, view, cost, _, warm = seeded(program)
+    assert seeds and warm is not None
+    used = [n for n in warm.choice.values() if n.op in KERNEL_OPS]
+    assert len(used) == len(seeds)  # every seed found (a repeated equation hash-conses away)
+    emitted = emit_program(view, warm.choice, loaded.params, program)
+    assert validate(program, emitted.program, "exact")["status"] == "passed"
+    lowered = build_kernel_program(emitted.program, PROFILE, groups=emitted.groups)
+    # the seeded program is the greedy one (less a repeated equation, computed once), and extraction
+    # prices it as the kernel program does, up to the tie-breaking epsilon it adds per op and node
+    assert greedy.total.time_s * 0.999 <= lowered.total.time_s <= greedy.total.time_s * (1 + 1e-9)
+    ties = (len(emitted.program["eqns"]) + len(warm.choice)) * NODE_EPSILON_S
+    assert abs(warm.cost - lowered.total.time_s) <= ties
+
+
+def test_an_op_with_no_body_splits_the_kernel_into_seeds_around_it():
+    fn, args = PROGRAMS["split_by_opaque"]
+    program = capture(fn, *args)
+    greedy, seeds, loaded, view, _, _, warm = seeded(program)
+    cumsum = next(i for i, e in enumerate(program["eqns"]) if e["op"] == "cumsum")
+    fused = next(k for k in greedy.kernels if cumsum in k.eqns)
+    assert len(fused.eqns) >= 5  # greedy keeps exp, tanh, cumsum, mul, add together
+    assert len(seeds) == 2 and all(cumsum not in s.ops for s in seeds)
+    before, after = sorted(seeds, key=lambda s: s.root)
+    assert max(before.ops) < cumsum < min(after.ops)
+    emitted = emit_program(view, warm.choice, loaded.params, program)
+    assert validate(program, emitted.program, "exact")["status"] == "passed"
+    assert len(build_kernel_program(emitted.program, PROFILE, groups=emitted.groups).kernels) == 3
+
+
+@pytest.mark.parametrize("name", ["transformer_layer", "rnn_unrolled"])
+def test_extraction_started_from_the_seeds_is_never_worse_than_them(name):
+    fn, args = PROGRAMS[name]
+    program = capture(fn, *args)
+    greedy, _, loaded, view, cost, (exclusive, requires), warm = seeded(program)
+    keep = frozenset(n.id for n in warm.choice.values())
+    candidates = drop_dominated(view, cost, exclusive, requires, keep)
+    best = extract_ilp(candidates, lambda n: cost[n.id], warm_start=warm, time_limit_s=20,
+                       exclusive=exclusive, requires=requires)
+    assert best.cost <= warm.cost
+    emitted = emit_program(view, best.choice, loaded.params, program)
+    assert validate(program, emitted.program, "exact")["status"] == "passed"
+    assert build_kernel_program(emitted.program, PROFILE, groups=emitted.groups).total.time_s \
+        <= greedy.total.time_s * (1 + 1e-9)
