@@ -84,6 +84,7 @@ class RegionPlan:
     regions: list[Region]
     share: float  # of the optimized program's equations that regions run
     numbered: _Numbered | None = None  # the optimized program's
+    original_numbered: _Numbered | None = None
 
 
 class _NoPlan(Exception):
@@ -195,7 +196,43 @@ def find_regions(original: dict[str, Any], optimized: dict[str, Any]) -> RegionP
                                       and a not in p_num.consts))
         regions.append(Region(order, group_roots, [(p, source(p)) for p in boundary]))
     share = sum(len(r.eqns) for r in regions) / max(len(optimized["eqns"]), 1)
-    return RegionPlan(regions, share, p_num)
+    return RegionPlan(regions, share, p_num, o_num)
+
+
+def cone(program: dict[str, Any], outputs: list[str], fed: list[str] = (),
+         alias: dict[str, str] | None = None) -> dict[str, Any]:
+    """The part of `program` that computes `outputs` from the values `fed` (taken as inputs, in
+    that order, ahead of the program inputs the part still reads); consts it reads stay consts.
+    `alias` names values equal to a fed one (a repeated computation): read as that one."""
+    alias = alias or {}
+    producer = {o["name"]: i for i, e in enumerate(program["eqns"]) for o in e["out"]}
+    stop, used, stack = set(fed), set(), [alias.get(o, o) for o in outputs]
+    while stack:
+        name = stack.pop()
+        if name in stop or name in used:
+            continue
+        used.add(name)
+        if name in producer:
+            stack.extend(alias.get(a, a) for a in program["eqns"][producer[name]]["in"] if isinstance(a, str))
+    avals = {o["name"]: o for e in program["eqns"] for o in e["out"]} | {s["name"]: s for s in program["inputs"]}
+    inputs = [{"name": n, "shape": avals[n]["shape"], "dtype": avals[n]["dtype"]} for n in fed]
+    inputs += [s for s in program["inputs"] if s["name"] in used]
+    eqns = [{**e, "in": [alias.get(a, a) if isinstance(a, str) else a for a in e["in"]]}
+            for e in program["eqns"] if any(o["name"] in used for o in e["out"])]
+    return {"format": program["format"], "inputs": inputs,
+            "consts": [c for c in program.get("consts", []) if c["name"] in used], "eqns": eqns,
+            "outputs": [alias.get(o, o) for o in outputs]}
+
+
+def check_key(original: dict[str, Any], optimized: dict[str, Any], region: Region, plan: RegionPlan) -> str:
+    """Regions with equal keys are the same check: the same optimized computation compared with the
+    same original computation, from the same kind of values (an encoder's layers, say)."""
+    fed = [o for _, o in region.boundary]
+    numbered = plan.original_numbered
+    fed_by_key = {numbered.key[o]: o for o in fed}
+    alias = {n: fed_by_key[k] for n, k in numbered.key.items() if k in fed_by_key and n not in fed_by_key.values()}
+    original_side = cone(original, [o for o, _ in region.roots], fed, alias)
+    return region_signature(region.subprogram(optimized, plan.numbered)) + region_signature(original_side)
 
 
 def region_signature(program: dict[str, Any]) -> str:

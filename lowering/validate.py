@@ -7,7 +7,8 @@ must match exactly. In `exact` fp mode results must be bit-identical, signs of z
 Big programs are mostly unchanged by the optimizer, so real mode first checks only what changed
 (`find_regions`): values computed identically in both programs need no run, and each rewritten
 region of the optimized program runs on the values the original really feeds it, compared with
-the original's own value there; regions of the same structure share one compiled function. Any
+the original's own value there; of regions that are the same check (the same optimized computation
+for the same original one, as in an encoder's layers) the earliest runs. Any
 doubt (a region outside tolerance, a correspondence not found, regions covering most of the
 program) falls back to running both whole programs, which stays the authority.
 """
@@ -19,7 +20,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-from lowering.regions import RegionPlan, find_regions, region_signature
+from lowering.regions import Region, RegionPlan, check_key, cone, find_regions
 from lowering.to_jax import program_to_callable
 from service.wire import ConstSpec, decode_array, encode_array
 
@@ -216,30 +217,30 @@ def region_validate(original: dict[str, Any], optimized: dict[str, Any], plan: R
                     comparison: Comparison, trials: int, seed: int) -> dict[str, Any]:
     """Per trial, one jitted call runs the original only as far as the regions need and each region
     on the values the original feeds it (one compile for all: XLA's fixed cost per module is
-    larger than a small region's); each region's results are compared with the original's values."""
-    inputs = [s["name"] for s in original["inputs"]]
-    wanted = list(dict.fromkeys(o for r in plan.regions for o in [*(o for o, _ in r.roots),
-                                                                   *(o for _, o in r.boundary)]
-                                if o not in set(inputs)))
-    run_original = program_to_callable({**original, "outputs": wanted})
-    by_signature: dict[str, Callable] = {}
-    calls = []
-    for region in plan.regions:
-        sub = region.subprogram(optimized, plan.numbered)
-        calls.append((by_signature.setdefault(region_signature(sub), program_to_callable(sub)), region))
+    larger than a small region's); each region's results are compared with the original's values.
+    Regions that are the same check (`check_key`: an encoder's layers) run once: the earliest of them."""
+    checks: dict[str, Region] = {}
+    for region in sorted(plan.regions, key=lambda r: max(r.eqns, default=-1)):  # the earliest of each kind:
+        checks.setdefault(check_key(original, optimized, region, plan), region)  # the original runs that far
+    wanted = list(dict.fromkeys(o for r in checks.values() for o in [*(o for o, _ in r.roots),
+                                                                      *(o for _, o in r.boundary)]))
+    needed = cone(original, wanted)  # the original up to those regions, and only the inputs it reads
+    inputs = [s["name"] for s in needed["inputs"]]
+    run_original = program_to_callable(needed)
+    calls = [(program_to_callable(region.subprogram(optimized, plan.numbered)), region) for region in checks.values()]
 
     @jax.jit
     def run(*args):
         values = dict(zip(inputs, args))
-        values.update(zip(wanted, run_original(*args) if wanted else []))
+        values.update(zip(wanted, run_original(*args)))
         return [([values[o] for o, _ in region.roots], fn(*[values[o] for _, o in region.boundary]))
                 for fn, region in calls]
 
     for trial in range(trials):
-        for refs, results in run(*random_inputs(original, seed + trial, scaled=True)):
+        for refs, results in run(*random_inputs(needed, seed + trial, scaled=True)):
             for ref, res in zip(refs, results):
                 comparison.check(ref, res, None)  # no float64 here: doubt goes to the whole run
         if comparison.failed:
             break  # the whole run decides; more region trials would not change that
     return comparison.result(trial + 1, criterion="regions", regions=len(plan.regions),
-                             distinct_regions=len(by_signature), region_share=round(plan.share, 4))
+                             distinct_regions=len(checks), region_share=round(plan.share, 4))

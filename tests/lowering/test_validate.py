@@ -80,7 +80,7 @@ def test_float64_reference_still_catches_a_wrong_program():
     assert result["criterion"] == "float64_reference" and result["status"] == "failed"
 
 
-def _stack(merged: bool, layers: int = 3, order=(0, 1, 2)):
+def _stack(merged: bool, layers: int = 3, order=(0, 1, 2), last_order=None):
     """`layers` blocks, each three projections of one input (merged into one matmul when asked)
     followed by the same downstream work: the shape of the optimizer's same-input merges."""
     def fn(x, *ws):
@@ -89,7 +89,7 @@ def _stack(merged: bool, layers: int = 3, order=(0, 1, 2)):
             if merged:
                 both = x @ jnp.concatenate([wq, wk, wv], axis=1)
                 parts = [both[:, 16 * i:16 * (i + 1)] for i in range(3)]
-                q, k, v = (parts[i] for i in order)
+                q, k, v = (parts[i] for i in (last_order if last_order and layer == layers - 1 else order))
             else:
                 q, k, v = x @ wq, x @ wk, x @ wv
             x = jnp.tanh(q * k + v) @ ws[3 * layer]
@@ -106,6 +106,12 @@ def test_only_the_rewritten_regions_run_once_per_distinct_region():
     assert result["status"] == "passed" and result["criterion"] == "regions"
     assert result["regions"] == 3 and result["distinct_regions"] == 1
     assert result["region_share"] < 0.6
+
+
+def test_a_region_unlike_the_ones_checked_for_the_other_layers_is_checked_too():
+    # layers 1-2 are one check, run once; the last layer's swapped q and v make another
+    result = validate(_stack(False), _stack(True, last_order=(2, 1, 0)))
+    assert result["status"] == "failed"
 
 
 def test_a_wrong_region_fails_the_program():
