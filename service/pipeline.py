@@ -90,7 +90,7 @@ AUTO_ILP_NODE_BUDGET = 5_000  # beyond this the ILP rarely proves anything in th
 # Mixer) prove optimal in 0.1-0.3 s; BERT's 0.9k and the NasRNN's 6.5k keep a gap after 2 s.
 AUTO_FUSION_ILP_NODE_BUDGET = 1_000
 AUTO_ILP_TIME_FRACTION = 0.25  # of the request's time limit, capped below
-AUTO_ILP_MAX_S = {True: 2.0, False: 0.5}  # cap by stage (fusion_proxy: the algebra)
+AUTO_ILP_MAX_S = {True: 2.0, False: 0.3}  # cap by stage (fusion_proxy: the algebra)
 
 
 def _extract(view: EGraphView, cost, options: OptimizeOptions, time_limit_s: float,
@@ -147,8 +147,8 @@ def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | N
     with _stage(timings, "extract"):
         view, algebra = _extract_stage(loaded, profile, program, options, fusion_proxy=True)
         algebraic = emit_program(view, algebra.choice, loaded.params, nested).program
-        fused = ingest(algebraic)  # all consts kept: var indices mean the same as in `program`
     with _stage(timings, "fuse"):
+        fused = ingest(algebraic)  # all consts kept: var indices mean the same as in `program`
         fusion = saturate(fused.egraph, FUSION_ONLY if options.rules else NO_RULES, _budget(options))
         algebraic = without_unused_consts(algebraic)  # eqn indices are unchanged
         greedy = build_kernel_program(algebraic, profile, fuse=True)  # the conventional kernels
