@@ -17,11 +17,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bench.models.registry import MODELS, capture_model
-from service import pipeline
+from service import pipeline, search
 
-# Pipeline attributes per stage; names missing from a pipeline version are skipped.
+# Module attributes per stage (the search's stages live in service.search, lowering and validation
+# in service.pipeline); names missing from a version are skipped.
 STAGES = {"ingest": ["ingest"], "saturate": ["saturate"], "extract": ["view_egraph", "_extract"],
-          "lower": ["build_kernel_program", "emit_program"], "validate": ["validate"]}
+          "fuse": ["seed_kernels"], "lower": ["build_kernel_program", "emit_program"], "validate": ["validate"]}
+MODULES = (search, pipeline)
 
 
 def _wrapped(fn: Callable, profiler: cProfile.Profile) -> Callable:
@@ -41,17 +43,18 @@ def profile_model(name: str, hardware: str = "optu-v1", options: dict | None = N
     profilers = {stage: cProfile.Profile() for stage in STAGES}
     saved = {}
     for stage, attrs in STAGES.items():
-        for attr in attrs:
-            if hasattr(pipeline, attr):
-                saved[attr] = getattr(pipeline, attr)
-                setattr(pipeline, attr, _wrapped(saved[attr], profilers[stage]))
+        for module in MODULES:
+            for attr in attrs:
+                if hasattr(module, attr):
+                    saved[module, attr] = getattr(module, attr)
+                    setattr(module, attr, _wrapped(saved[module, attr], profilers[stage]))
     try:
         start = time.perf_counter()
         response = pipeline.optimize(program, hardware, options)
         wall = time.perf_counter() - start
     finally:
-        for attr, fn in saved.items():
-            setattr(pipeline, attr, fn)
+        for (module, attr), fn in saved.items():
+            setattr(module, attr, fn)
     stats = {}
     for stage, prof in profilers.items():
         try:

@@ -78,16 +78,18 @@ def _runs_with_bodies(eqns: list[dict], env: dict[str, Term], table: ParamsTable
                       indices: Sequence[int]) -> list[list[tuple[int, str, Body]]]:
     """Maximal runs of consecutive equations that have a body form, as (index, name, body)."""
     runs: list[list[tuple[int, str, Body]]] = [[]]
+    inside: dict[str, Body] = {}  # values the current run computes
     for index in indices:
         eqn = eqns[index]
         body = None
         if len(eqn["out"]) == 1 and all(isinstance(a, str) or literal_roundtrips(a) for a in eqn["in"]):
-            inside = {n: b for _, n, b in runs[-1]}
             args = [(inside[a] if a in inside else Body.arg(env[a])) if isinstance(a, str)
                     else Body.arg(literal_term(a)) for a in eqn["in"]]
             body = encode_typed(BodyConstructors(env[eqn["out"][0]["name"]]), eqn, args, table)
         if body is None:
             runs.append([])
+            inside = {}
         else:
+            inside[eqn["out"][0]["name"]] = body
             runs[-1].append((index, eqn["out"][0]["name"], body))
     return [run for run in runs if run]

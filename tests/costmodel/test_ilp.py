@@ -223,7 +223,7 @@ def test_ilp_on_a_real_qkv_egraph():
     from rewrites.schedule import SCHEDULES, Budget, saturate
     from service.capture import capture
     from costmodel.kernel_cost import NodeCoster
-    from service.pipeline import static_classes
+    from service.search import static_classes
 
     x, w = jnp.zeros((64, 96), jnp.float32), jnp.zeros((96, 40), jnp.float32)
     program = capture(lambda x, wq, wk, wv: (x @ wq, x @ wk, x @ wv), x, w, w, w,

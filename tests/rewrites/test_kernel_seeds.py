@@ -20,7 +20,7 @@ from rewrites.ingest import ingest
 from rewrites.kernel_seeds import seed_kernels
 from rewrites.schedule import FUSION_ONLY, Budget, saturate
 from service.capture import capture
-from service.pipeline import static_classes
+from service.search import static_classes
 
 PROFILE = load_profile("optu-v1")
 RNG = np.random.default_rng(1)

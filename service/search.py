@@ -1,0 +1,160 @@
+"""The e-graph search for one program: ingest -> saturate -> extract (the algebra) -> fuse ->
+extract kernels -> emit. Returns the chosen program and its kernel groups; lowering, validation and
+the response belong to the pipeline (service/pipeline.py), which may search a program piecewise
+(service/partition.py).
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from costmodel.egraph_view import EGraphView, view_egraph
+from costmodel.extract import Exclusive, Extraction, Requires, drop_dominated, extract_greedy_dag
+from costmodel.ilp import cheaper, extract_auto, extract_ilp
+from costmodel.kernel_cost import NodeCoster, gemm_exclusive_groups, tee_requirements
+from costmodel.profile import HardwareProfile
+from costmodel.warm_start import seeded_extraction
+from lowering.emit import ExtractionCycle, emit_program, without_unused_consts
+from lowering.kernels import build_kernel_program
+from rewrites.ingest import LoadedProgram, ingest
+from rewrites.kernel_seeds import KernelSeed, seed_kernels
+from rewrites.schedule import FUSION_ONLY, NO_RULES, SCHEDULES, Budget, SaturationReport, saturate
+from service.options import OptimizeOptions
+from service.settings import get_settings
+
+AUTO_ILP_NODE_BUDGET = 5_000  # beyond this the ILP rarely proves anything in the time it gets
+# Kernel e-graphs are harder (exclusive GEMMs, tee requirements, weak LP bounds). Started from
+# the seeded conventional kernels, 0.6-0.9k candidates (transformer layer, MLP training step, MLP-
+# Mixer) prove optimal in 0.1-0.3 s; BERT's 0.9k and the NasRNN's 6.5k keep a gap after 2 s.
+AUTO_FUSION_ILP_NODE_BUDGET = 1_000
+AUTO_ILP_TIME_FRACTION = 0.25  # of the request's time limit, capped below
+AUTO_ILP_MAX_S = {True: 2.0, False: 0.3}  # cap by stage (fusion_proxy: the algebra)
+
+
+@dataclass
+class Search:
+    """What the search chose for one program. `candidate` (None when extraction made a cycle)
+    computes the program with the equations of each kernel in `groups`; `algebraic` is the
+    algebraic optimum it fuses (greedy fusion of it is the pipeline's yardstick)."""
+
+    candidate: dict[str, Any] | None
+    groups: list[list[int]]
+    algebraic: dict[str, Any]
+    saturation: SaturationReport
+    fusion: SaturationReport
+    algebra: Extraction
+    extraction: Extraction
+    egraph: dict[str, int]  # enodes / eclasses of the algebra's and the fusion's e-graphs
+    seeded_kernels: int = 0
+    cycle: str | None = None
+    pieces: dict[str, int] = field(default_factory=dict)  # set when searched piecewise
+
+
+@contextmanager
+def stage(timings: dict[str, float], name: str):
+    """Adds the block's wall time to `timings[name]` (a piecewise search runs a stage per piece)."""
+    start = time.perf_counter()
+    yield
+    timings[name] = round(timings.get(name, 0.0) + time.perf_counter() - start, 6)
+
+
+def budget(options: OptimizeOptions) -> Budget:
+    s = get_settings()
+    return Budget(iter_limit=min(options.iter_limit, s.max_iter_limit),
+                  node_limit=min(options.node_limit or s.default_node_limit, s.max_node_limit),
+                  time_limit_s=min(options.time_limit_s or s.default_time_limit_s, s.max_time_limit_s))
+
+
+def static_classes(view: EGraphView, program: dict, precompute_weights: bool = True) -> set[str]:
+    """E-classes computable from constants, and from weights when the profile precomputes
+    weight-only work (then free per call)."""
+    n_inputs = len(program["inputs"])
+    weights = {i for i, s in enumerate(program["inputs"]) if precompute_weights and s.get("role") == "weight"}
+    static: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for cid, cls in view.classes.items():
+            if cid in static:
+                continue
+            for node in cls.nodes:
+                if node.op == "var":
+                    ok = int(node.attrs[0]) >= n_inputs or int(node.attrs[0]) in weights
+                else:
+                    ok = node.op != "opaque" and all(c in static for c in node.children)
+                if ok:
+                    static.add(cid)
+                    changed = True
+                    break
+    return static
+
+
+def search(program: dict[str, Any], profile: HardwareProfile, options: OptimizeOptions,
+           timings: dict[str, float]) -> Search:
+    """Search one (type-checked, control-flow-optimized) program; stage times add to `timings`."""
+    with stage(timings, "ingest"):
+        loaded = ingest(program)
+    with stage(timings, "saturate"):
+        saturation = saturate(loaded.egraph, SCHEDULES[options.fp_mode] if options.rules else NO_RULES,
+                              budget(options))
+    with stage(timings, "extract"):
+        view, algebra = _extract_stage(loaded, profile, program, options, fusion_proxy=True)
+        algebraic = emit_program(view, algebra.choice, loaded.params, program).program
+    with stage(timings, "fuse"):
+        fused = ingest(algebraic)  # all consts kept: var indices mean the same as in `program`
+        fusion = saturate(fused.egraph, FUSION_ONLY if options.rules else NO_RULES, budget(options))
+        algebraic = without_unused_consts(algebraic)  # eqn indices are unchanged
+        greedy = build_kernel_program(algebraic, profile, fuse=True)  # the conventional kernels
+        seeds = seed_kernels(fused, [(k.eqns, set(k.outputs)) for k in greedy.kernels]) if options.rules else []
+    with stage(timings, "extract_kernels"):
+        kernel_view, extraction = _extract_stage(fused, profile, program, options, fusion_proxy=False, seeds=seeds)
+    sizes = {"enodes": view.enode_count, "eclasses": len(view.classes),
+             "fusion_enodes": kernel_view.enode_count, "fusion_eclasses": len(kernel_view.classes)}
+    result = Search(None, [], algebraic, saturation, fusion, algebra, extraction, sizes, len(seeds))
+    with stage(timings, "lower"):
+        try:
+            emitted = emit_program(kernel_view, extraction.choice, fused.params, program)
+            result.candidate = without_unused_consts(emitted.program)  # eqn indices (groups) are unchanged
+            result.groups = emitted.groups
+        except ExtractionCycle as err:
+            result.cycle = str(err)
+    return result
+
+
+def _extract(view: EGraphView, cost, options: OptimizeOptions, time_limit_s: float,
+             exclusive: Exclusive, requires: Requires, node_budget: int, auto_cap_s: float,
+             warm: Extraction | None) -> Extraction:
+    """`ilp` gets the whole time limit; `auto` gives it a quarter (at most `auto_cap_s`) and keeps
+    greedy's answer when the ILP cannot beat it in time (e.g. symmetric commutativity-heavy
+    e-graphs). All start from the cheaper of greedy and `warm` (the seeded kernels)."""
+    if options.extraction == "auto":
+        return extract_auto(view, cost, min(auto_cap_s, AUTO_ILP_TIME_FRACTION * time_limit_s), node_budget,
+                            exclusive, requires, warm)
+    start = cheaper(extract_greedy_dag(view, cost, exclusive, requires), warm)
+    if options.extraction == "greedy":
+        return start
+    return extract_ilp(view, cost, warm_start=start, time_limit_s=time_limit_s, exclusive=exclusive,
+                       requires=requires)
+
+
+def _extract_stage(loaded: LoadedProgram, profile: HardwareProfile, program: dict, options: OptimizeOptions,
+                   fusion_proxy: bool, seeds: Sequence[KernelSeed] = ()) -> tuple[EGraphView, Extraction]:
+    """Serialize, price and extract. With `fusion_proxy` (the algebra stage, which has no kernel
+    nodes yet) vector ops are priced as fused epilogues, anticipating the fusion stage. `seeds`
+    (the conventional kernels, seeded into the e-graph) make the program extraction starts from."""
+    view = view_egraph(loaded.egraph)
+    coster = NodeCoster(view, loaded.params, profile, static_classes(view, program, profile.kernel.precompute_weights),
+                        fusion_proxy)
+    node_cost = {n.id: coster(n) for c in view.classes.values() for n in c.nodes}
+    exclusive, requires = gemm_exclusive_groups(view), tee_requirements(view)
+    warm = seeded_extraction(view, seeds, node_cost, exclusive, requires) if seeds else None
+    keep = frozenset(n.id for n in warm.choice.values()) if warm else frozenset()
+    candidates = drop_dominated(view, node_cost, exclusive, requires, keep)
+    extraction = _extract(candidates, lambda n: node_cost[n.id], options, budget(options).time_limit_s,
+                          exclusive, requires, AUTO_ILP_NODE_BUDGET if fusion_proxy else AUTO_FUSION_ILP_NODE_BUDGET,
+                          AUTO_ILP_MAX_S[fusion_proxy], warm)
+    extraction.candidates = candidates.enode_count
+    return view, extraction
