@@ -19,7 +19,7 @@ from lowering.validate import validate
 from service.control_flow import optimize_nested
 from service.options import OptimizeOptions
 from service.partition import find_pieces, search_pieces
-from service.search import Search, search, stage
+from service.search import Search, budget, search, stage
 from service.settings import get_settings
 
 VERSION = "0.1.0"
@@ -51,8 +51,10 @@ def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | N
     pieces = find_pieces(nested) if options.rules else None
     if pieces is None:
         found = search(nested, profile, options, timings)
-    else:  # an encoder's layers: each kind of piece searched once
-        found = search_pieces(nested, pieces, lambda piece: search(piece, profile, options, timings))
+    else:  # an encoder's layers: each kind of piece searched once, in a share of the time limit
+        share = budget(options).time_limit_s / len({p.signature for p in pieces})
+        piece_options = options.model_copy(update={"time_limit_s": share})
+        found = search_pieces(nested, pieces, lambda piece: search(piece, profile, piece_options, timings))
     notes: list[str] = []
     fusion_report: dict[str, Any] = {"chosen": "none"}
     with stage(timings, "lower"):
