@@ -22,7 +22,9 @@ from costmodel.profile import HardwareProfile
 Aval = tuple[tuple[int, ...], str]  # (shape, dtype)
 
 # Metadata-only ops: a kernel reads their input through a different index map, no data moves.
-FREE_OPS = frozenset(["reshape", "squeeze", "expand_dims", "broadcast_in_dim", "bitcast_convert_type"])
+# stop_gradient is the identity when run (XLA has no such op: it exists for differentiation only).
+FREE_OPS = frozenset(["reshape", "squeeze", "expand_dims", "broadcast_in_dim", "bitcast_convert_type",
+                      "stop_gradient"])
 # Ops that only move data (priced by the bytes they touch on the vector unit's SRAM port).
 MOVE_OPS = frozenset(["transpose", "concatenate", "slice", "pad", "rev", "dynamic_slice",
                       "dynamic_update_slice", "gather", "copy", "copy_p"])
