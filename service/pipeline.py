@@ -48,7 +48,8 @@ def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | N
         typecheck(program)
     with stage(timings, "control_flow"):  # bodies first; `program` stays the validation reference
         nested, control_flow = optimize_nested(program, lambda body: optimize(body, profile, options))
-    pieces = find_pieces(nested) if options.rules else None
+    with stage(timings, "partition"):
+        pieces = find_pieces(nested) if options.rules else None
     if pieces is None:
         found = search(nested, profile, options, timings)
     else:  # an encoder's layers: each kind of piece searched once, in a share of the time limit
