@@ -34,7 +34,7 @@ VECTOR_OPS = frozenset(
     "erf erfc erf_inv not is_finite square reciprocal add sub mul div max min pow rem atan2 nextafter "
     "eq ne lt le gt ge and or xor select_n integer_pow convert_element_type reduce_sum reduce_max "
     "reduce_min reduce_prod argmax argmin clamp round cumsum cumprod cummax cummin cumlogsumexp "
-    "reduce_precision iota".split())
+    "reduce_precision iota add_any".split())
 GEMM_OPS = frozenset(["dot_general", "conv_general_dilated"])
 # Control flow with nested wire programs in params, priced from their bodies.
 LOOP_OPS = frozenset(["scan", "while", "cond"])

@@ -96,6 +96,8 @@ for _op in UNARY_OPS:
     ENCODERS[_op] = lambda T, a, p, t, op=_op: T.unary(op, a[0], t.intern(p)) if len(a) == 1 else None
 for _op in BINARY_OPS:
     ENCODERS[_op] = lambda T, a, p, t, op=_op: T.binary(op, a[0], a[1], t.intern(p)) if len(a) == 2 else None
+# add_any is how autodiff sums cotangents: an add (XLA lowers it to one), so rules and fusion see it
+ENCODERS["add_any"] = lambda T, a, p, t: T.binary("add", a[0], a[1], t.intern(p)) if len(a) == 2 and not p else None
 for _op in REDUCE_OPS:
     ENCODERS[_op] = lambda T, a, p, t, op=_op: T.reduce(op, a[0], ivec(p["axes"]), t.intern(_rest(p, "axes")))
 

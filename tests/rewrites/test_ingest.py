@@ -190,6 +190,17 @@ def test_split_becomes_one_slice_per_output():
     assert all(bits_equal(e, g) for e, g in zip(expected, got))
 
 
+def test_add_any_from_autodiff_is_an_add():
+    x = F(3, 4)
+    program = capture(jax.grad(lambda x: jnp.sum(jnp.sin(x) * x)), x)
+    assert "add_any" in [e["op"] for e in program["eqns"]]
+    emitted, result = roundtrip(program)
+    assert "add_any" not in [e["op"] for e in emitted["eqns"]]
+    assert any(n.attrs[0] == "add" for n in nodes(result.view, "binary"))
+    expected, got = program_to_callable(program)(x), program_to_callable(emitted)(x)
+    assert all(bits_equal(e, g) for e, g in zip(expected, got))
+
+
 def test_multi_output_opaque_is_priced_once_by_extraction():
     x, y = F(3, 4), F(3, 4)
     program = capture(lambda x, y: lax.sort((x, y), num_keys=1), x, y)
