@@ -297,6 +297,9 @@ def extract_auto(view: EGraphView, cost_of: Callable[[ENode], float], time_limit
     return ilp if ilp.cost <= start.cost else start
 
 
-def cheaper(extraction: Extraction, other: Extraction | None) -> Extraction:
-    """`other` when it exists and costs less (a warm start that beats greedy)."""
-    return other if other is not None and other.cost < extraction.cost else extraction
+def cheaper(extraction: Extraction | None, other: Extraction | None) -> Extraction | None:
+    """The cheaper of two extractions, either of which may be missing (a warm start that could
+    not be built); the first on ties."""
+    if extraction is None or (other is not None and other.cost < extraction.cost):
+        return other
+    return extraction

@@ -79,14 +79,14 @@ def eqn_cost(profile: HardwareProfile, eqn: dict[str, Any], avals: dict[str, Ava
 
 
 def build_kernel_program(program: dict[str, Any], profile: HardwareProfile, fuse: bool = True,
-                         groups: list[list[int]] | None = None) -> KernelProgram:
-    """Kernels of `program`: the given `groups` of equation indices, else greedy fusion (`fuse`)
-    or one kernel per equation."""
+                         groups: list[list[int]] | None = None, siblings: bool = False) -> KernelProgram:
+    """Kernels of `program`: the given `groups` of equation indices, else greedy fusion (`fuse`;
+    with `siblings`, also horizontal) or one kernel per equation."""
     avals, static = avals_of(program), static_names(program, profile.kernel.precompute_weights)
     costs = [eqn_cost(profile, e, avals) for e in program["eqns"]]
     placer = _Placer(program, costs)
     if groups is None:
-        _assign_greedy(placer, static, fuse)
+        _assign_greedy(placer, static, fuse, siblings)
     else:
         _assign_groups(placer, static, groups)
     placer.materialize_returned_views()
@@ -152,11 +152,13 @@ def _assign_groups(placer: _Placer, static: set[str], groups: list[list[int]]) -
             placer.place(index, target)
 
 
-def _assign_greedy(placer: _Placer, static: set[str], fuse: bool) -> None:
+def _assign_greedy(placer: _Placer, static: set[str], fuse: bool, siblings: bool = False) -> None:
     """The baseline's policy. With fusion, views of kernel-external data (a bias broadcast) are
     folded into each reader, and an elementwise op joins the latest kernel that produced one of
     its operands: its other operands then come from earlier kernels, so kernel order stays a
-    valid schedule. Without, every equation is its own kernel."""
+    valid schedule. Without, every equation is its own kernel. With `siblings` (not the
+    baseline's: one of the optimizer's seeds), an elementwise op that reads no per-call value
+    joins the kernel opened last instead of opening one: it can run anywhere."""
     per_call = placer.kernels
     for index, (eqn, cost) in enumerate(zip(placer.eqns, placer.costs)):
         producers = [k for a in eqn["in"] if isinstance(a, str) and (k := placer.producer.get(a)) in per_call]
@@ -167,6 +169,8 @@ def _assign_greedy(placer: _Placer, static: set[str], fuse: bool) -> None:
             continue
         else:
             latest = max(producers, key=lambda k: k.id, default=None)
+            if latest is None and siblings and per_call:
+                latest = per_call[-1]
             joins = fuse and latest is not None and cost.kind in ("vector", "free") and \
                 not any(placer.costs[i].kind == "host" for i in latest.eqns)
             target = latest if joins else placer.open(per_call=True)

@@ -107,13 +107,16 @@ def search(program: dict[str, Any], profile: HardwareProfile, options: OptimizeO
         fused = ingest(algebraic)  # all consts kept: var indices mean the same as in `program`
         fusion = saturate(fused.egraph, FUSION_ONLY if options.rules else NO_RULES, budget(options))
         algebraic = without_unused_consts(algebraic)  # eqn indices are unchanged
-        greedy = build_kernel_program(algebraic, profile, fuse=True)  # the conventional kernels
-        seeds = seed_kernels(fused, [(k.eqns, set(k.outputs)) for k in greedy.kernels]) if options.rules else []
+        # the conventional kernels, and the same with sibling fusion: both seeded, both warm starts
+        policies = [build_kernel_program(algebraic, profile, fuse=True, siblings=s) for s in (False, True)]
+        seeds = [seed_kernels(fused, [(k.eqns, set(k.outputs)) for k in p.kernels]) for p in policies] \
+            if options.rules else []
     with stage(timings, "extract_kernels"):
         kernel_view, extraction = _extract_stage(fused, profile, program, options, fusion_proxy=False, seeds=seeds)
     sizes = {"enodes": view.enode_count, "eclasses": len(view.classes),
              "fusion_enodes": kernel_view.enode_count, "fusion_eclasses": len(kernel_view.classes)}
-    result = Search(None, [], algebraic, saturation, fusion, algebra, extraction, sizes, len(seeds))
+    result = Search(None, [], algebraic, saturation, fusion, algebra, extraction, sizes,
+                    len({s for seed_set in seeds for s in seed_set}))
     with stage(timings, "lower"):
         try:
             emitted = emit_program(kernel_view, extraction.choice, fused.params, program)
@@ -141,16 +144,18 @@ def _extract(view: EGraphView, cost, options: OptimizeOptions, time_limit_s: flo
 
 
 def _extract_stage(loaded: LoadedProgram, profile: HardwareProfile, program: dict, options: OptimizeOptions,
-                   fusion_proxy: bool, seeds: Sequence[KernelSeed] = ()) -> tuple[EGraphView, Extraction]:
+                   fusion_proxy: bool, seeds: Sequence[Sequence[KernelSeed]] = ()) -> tuple[EGraphView, Extraction]:
     """Serialize, price and extract. With `fusion_proxy` (the algebra stage, which has no kernel
     nodes yet) vector ops are priced as fused epilogues, anticipating the fusion stage. `seeds`
-    (the conventional kernels, seeded into the e-graph) make the program extraction starts from."""
+    (kernel policies, seeded into the e-graph) each make a program extraction may start from."""
     view = view_egraph(loaded.egraph)
     coster = NodeCoster(view, loaded.params, profile, static_classes(view, program, profile.kernel.precompute_weights),
                         fusion_proxy)
     node_cost = {n.id: coster(n) for c in view.classes.values() for n in c.nodes}
     exclusive, requires = gemm_exclusive_groups(view), tee_requirements(view)
-    warm = seeded_extraction(view, seeds, node_cost, exclusive, requires) if seeds else None
+    warm = None
+    for seed_set in seeds:
+        warm = cheaper(warm, seeded_extraction(view, seed_set, node_cost, exclusive, requires))
     keep = frozenset(n.id for n in warm.choice.values()) if warm else frozenset()
     candidates = drop_dominated(view, node_cost, exclusive, requires, keep)
     extraction = _extract(candidates, lambda n: node_cost[n.id], options, budget(options).time_limit_s,

@@ -81,3 +81,13 @@ def test_a_kernel_reading_an_input_through_slices_reads_only_the_slices():
     (kernel,) = build_kernel_program(program, PROFILE).kernels  # the slice is folded in, not a copy kernel
     assert kernel.inputs == ["in0"] and "slice" in kernel.ops
     assert kernel.estimate.hbm_bytes == 2 * 8 * 16 * 4  # a quarter of x read, the result written
+
+
+def test_sibling_policy_runs_an_op_that_reads_no_per_call_value_in_the_last_kernel():
+    # x * 2 depends only on an input: greedy opens a kernel for it, the sibling policy does not
+    x, w = np.ones((8, 16), np.float32), np.ones((16, 16), np.float32)
+    program = capture(lambda x, w: (jnp.tanh(x @ w), x * 2.0), x, w)
+    greedy = build_kernel_program(program, PROFILE)
+    siblings = build_kernel_program(program, PROFILE, siblings=True)
+    assert len(greedy.kernels) == 2 and len(siblings.kernels) == 1
+    assert siblings.total.time_s < greedy.total.time_s

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bench.models.zoo import ZOO
+from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
 from costmodel.egraph_view import view_egraph
 from costmodel.extract import drop_dominated
 from costmodel.ilp import extract_ilp
@@ -20,6 +20,7 @@ from rewrites.ingest import ingest
 from rewrites.kernel_seeds import seed_kernels
 from rewrites.schedule import FUSION_ONLY, Budget, saturate
 from service.capture import capture
+from service.pipeline import optimize
 from service.search import static_classes
 
 PROFILE = load_profile("optu-v1")
@@ -102,3 +103,11 @@ def test_extraction_started_from_the_seeds_is_never_worse_than_them(name):
     assert validate(program, emitted.program, "exact")["status"] == "passed"
     assert build_kernel_program(emitted.program, PROFILE, groups=emitted.groups).total.time_s \
         <= greedy.total.time_s * (1 + 1e-9)
+
+
+def test_sibling_seeds_let_the_e_graph_beat_greedy_fusion_on_the_mlp_training_step():
+    fn, args = ZOO["mlp_train_step"]()
+    response = optimize(capture(fn, *args, weight_argnums=WEIGHT_ARGNUMS["mlp_train_step"]))
+    fusion = response["report"]["fusion"]
+    assert fusion["chosen"] == "egraph" and fusion["egraph_s"] < fusion["greedy_s"]
+    assert response["validation"]["status"] == "passed"
