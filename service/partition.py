@@ -23,6 +23,7 @@ from service.search import Search
 MIN_PROGRAM_EQNS = 200  # smaller programs search whole in well under a second
 MIN_PIECE_EQNS = 20  # cuts closer than this are merged: tiny pieces lose fusion for nothing
 GEMMS = ("dot_general", "conv_general_dilated")
+LAYOUT_OPS = VIEW_OPS | {"transpose", "convert_element_type"}  # a GEMM operand seen through these is its source
 
 
 @dataclass
@@ -55,12 +56,24 @@ def find_pieces(program: dict[str, Any]) -> list[Piece] | None:
         return None  # nothing repeats: one search of the whole does as well
     gemm_inputs: dict[str, int] = {}
     inputs = {s["name"] for s in program["inputs"]}
+    source = _layout_sources(eqns)
     for k, piece in enumerate(pieces):
         for e in eqns[piece.start:piece.stop]:
             for a in (e["in"] if e["op"] in GEMMS else ()):
+                a = source.get(a, a) if isinstance(a, str) else a
                 if isinstance(a, str) and a in inputs and gemm_inputs.setdefault(a, k) != k:
                     return None  # a merge across pieces could pay
     return pieces
+
+
+def _layout_sources(eqns: list[dict[str, Any]]) -> dict[str, str]:
+    """For a value made from one other by layout ops only (a transposed weight), that value."""
+    source: dict[str, str] = {}
+    for e in eqns:
+        operands = [a for a in e["in"] if isinstance(a, str)]
+        if e["op"] in LAYOUT_OPS and len(operands) == 1 and len(e["out"]) == 1:
+            source[e["out"][0]["name"]] = source.get(operands[0], operands[0])
+    return source
 
 
 def _cuts(program: dict[str, Any]) -> list[int]:

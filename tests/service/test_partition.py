@@ -82,7 +82,14 @@ def test_pieces_sharing_a_weight_are_searched_whole(monkeypatch):
     def shared_rnn(xs, w, u):
         return rnn(xs, [w, u] * steps)
 
+    def shared_transposed(xs, w, u):  # each step reaches the shared weight through its own transpose
+        h = jnp.zeros((4, 16), jnp.float32)
+        for x in xs:
+            h = jnp.tanh(x @ w.T + h @ u.T)
+        return h
+
     assert find_pieces(capture(shared_rnn, xs, ws[0], ws[1], weight_argnums=(0, 1, 2))) is None
+    assert find_pieces(capture(shared_transposed, xs, ws[0], ws[1], weight_argnums=(0, 1, 2))) is None
     assert find_pieces(capture(rnn, xs, ws, weight_argnums=(0, 1))) is not None
 
 
