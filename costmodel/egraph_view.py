@@ -41,6 +41,9 @@ class BodyNode:
     operands: tuple[BodyNode, ...]
     eclass: str
 
+    def __repr__(self) -> str:  # the dataclass repr would unfold a shared body as a tree
+        return f"BodyNode({self.op}, {self.eclass}, {len(self.operands)} operands)"
+
     @cached_property
     def reads(self) -> tuple[str, ...]:
         """Classes read by the body, in first-use order."""

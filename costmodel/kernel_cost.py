@@ -41,6 +41,13 @@ def fused_estimate(profile: HardwareProfile, parts: list[OpCost], read_bytes: in
                            inputs, outputs)
 
 
+def gemm_kernel_time(profile: HardwareProfile, params: dict, dtype: str, m: int, k: int, n: int) -> float:
+    """One (m x k) @ (k x n) product as a kernel of its own, as extraction prices a plain dot node."""
+    ins, out = [((m, k), dtype), ((k, n), dtype)], ((m, n), dtype)
+    gemm = op_cost(profile, "dot_general", params, ins, out)
+    return fused_estimate(profile, [gemm], sum(nbytes(a) for a in ins), nbytes(out), 0, len(ins)).time_s
+
+
 def class_bytes(cls: EClass) -> int:
     return nbytes((cls.shape, cls.dtype))
 

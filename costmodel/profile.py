@@ -139,6 +139,9 @@ class KernelParams(_Section):
     # Whether weight-only work runs once per weight set, ahead of the calls (a deployment step on
     # the OPTU). False where nothing does that: a plain jax.jit recomputes it on every call.
     precompute_weights: bool = True
+    # GEMMs one kernel may run back to back, each reading the one before from SRAM (a chain, an
+    # RNN's steps). 1 where a kernel is one library GEMM plus epilogues (cuBLAS, XLA).
+    max_gemms: Count = 1
 
 
 class HardwareProfile(_Section):

@@ -79,14 +79,16 @@ def eqn_cost(profile: HardwareProfile, eqn: dict[str, Any], avals: dict[str, Ava
 
 
 def build_kernel_program(program: dict[str, Any], profile: HardwareProfile, fuse: bool = True,
-                         groups: list[list[int]] | None = None, siblings: bool = False) -> KernelProgram:
+                         groups: list[list[int]] | None = None, siblings: bool = False,
+                         gemm_chains: bool = False) -> KernelProgram:
     """Kernels of `program`: the given `groups` of equation indices, else greedy fusion (`fuse`;
-    with `siblings`, also horizontal) or one kernel per equation."""
+    with `siblings`, also horizontal; with `gemm_chains`, GEMMs back to back, up to the profile's
+    `kernel.max_gemms`) or one kernel per equation."""
     avals, static = avals_of(program), static_names(program, profile.kernel.precompute_weights)
     costs = [eqn_cost(profile, e, avals) for e in program["eqns"]]
     placer = _Placer(program, costs)
     if groups is None:
-        _assign_greedy(placer, static, fuse, siblings)
+        _assign_greedy(placer, static, fuse, siblings, profile.kernel.max_gemms if gemm_chains else 1)
     else:
         _assign_groups(placer, static, groups)
     placer.materialize_returned_views()
@@ -152,13 +154,15 @@ def _assign_groups(placer: _Placer, static: set[str], groups: list[list[int]]) -
             placer.place(index, target)
 
 
-def _assign_greedy(placer: _Placer, static: set[str], fuse: bool, siblings: bool = False) -> None:
+def _assign_greedy(placer: _Placer, static: set[str], fuse: bool, siblings: bool = False, max_gemms: int = 1) -> None:
     """The baseline's policy. With fusion, views of kernel-external data (a bias broadcast) are
     folded into each reader, and an elementwise op joins the latest kernel that produced one of
     its operands: its other operands then come from earlier kernels, so kernel order stays a
     valid schedule. Without, every equation is its own kernel. With `siblings` (not the
     baseline's: one of the optimizer's seeds), an elementwise op that reads no per-call value
-    joins the kernel opened last instead of opening one: it can run anywhere."""
+    joins the kernel opened last instead of opening one: it can run anywhere. With `max_gemms` > 1
+    (not the baseline's either) a GEMM joins the latest kernel that produced an operand while that
+    kernel runs fewer GEMMs: the operand stays in SRAM instead of a round trip through HBM."""
     per_call = placer.kernels
     for index, (eqn, cost) in enumerate(zip(placer.eqns, placer.costs)):
         producers = [k for a in eqn["in"] if isinstance(a, str) and (k := placer.producer.get(a)) in per_call]
@@ -171,8 +175,9 @@ def _assign_greedy(placer: _Placer, static: set[str], fuse: bool, siblings: bool
             latest = max(producers, key=lambda k: k.id, default=None)
             if latest is None and siblings and per_call:
                 latest = per_call[-1]
-            joins = fuse and latest is not None and cost.kind in ("vector", "free") and \
-                not any(placer.costs[i].kind == "host" for i in latest.eqns)
+            kinds = [placer.costs[i].kind for i in latest.eqns] if latest is not None else []
+            fits = cost.kind in ("vector", "free") or (cost.kind == "gemm" and kinds.count("gemm") < max_gemms)
+            joins = fuse and latest is not None and fits and "host" not in kinds
             target = latest if joins else placer.open(per_call=True)
         placer.place(index, target)
 
@@ -207,11 +212,18 @@ def _finish(kernel: Kernel, program, costs: list[OpCost], avals, profile: Hardwa
     kernel.buffers = [_buffer(n, avals[n], role, lvl) for names, role, lvl in
                       ((kernel.inputs, "input", "hbm"), (kernel.outputs, "output", "hbm"),
                        (intermediates, "intermediate", level)) for n in names]
-    gemms = [c for c in parts if c.kind == "gemm"]
-    kernel.tiling = gemms[0].tiling if gemms else {}
+    kernel.tiling = _tiling([c.tiling for c in parts if c.kind == "gemm"])
     kernel.estimate = fused_estimate(profile, parts, sum(_read_bytes(n, eqns, avals) for n in kernel.inputs),
                                      sum(nbytes(avals[n]) for n in kernel.outputs), inside_bytes,
                                      len(kernel.inputs), len(kernel.outputs))
+
+
+def _tiling(gemms: list[dict[str, int]]) -> dict[str, int]:
+    """A kernel's GEMM tiling; for GEMMs run back to back, their tiles, loads and passes summed
+    (k_splits: the most any of them needs)."""
+    if len(gemms) <= 1:
+        return gemms[0] if gemms else {}
+    return {key: (max if key == "k_splits" else sum)(g[key] for g in gemms) for key in gemms[0]}
 
 
 def _read_bytes(name: str, eqns: list[dict[str, Any]], avals: dict[str, Aval]) -> int:

@@ -29,6 +29,7 @@ class LoadedProgram:
     eqn_count: int = 0
     env: dict[str, Term] = field(default_factory=dict)  # wire name -> its term (the let bound at ingest)
     timings: dict[str, float] = field(default_factory=dict)
+    extra_lets: int = 0  # lets added after ingest (kernel seeds' shared bodies), numbered per e-graph
 
 
 def _rest(params: dict[str, Any], *structural: str) -> dict[str, Any]:

@@ -8,13 +8,13 @@ from them (costmodel/warm_start.py), so the e-graph's choice is never worse than
 """
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from egglog import Vec, i64, union
 
 from rewrites.ingest import LoadedProgram, encode_typed, literal_roundtrips, literal_term
-from rewrites.params import ParamsTable
 from rewrites.terms import Body, Term
 
 
@@ -53,7 +53,7 @@ def seed_kernels(loaded: LoadedProgram, kernels: Sequence[tuple[Sequence[int], s
     for indices, writes in kernels:
         # An equation with no body splits the kernel: the ops before it write what it and the
         # ops after it read (a kernel that fed it and read it back would be a cycle).
-        for run in _runs_with_bodies(eqns, env, loaded.params, indices):
+        for run in _runs_with_bodies(loaded, indices):
             mine = {i for i, _, _ in run}
             read_elsewhere = {a for i in indices if i not in mine for a in eqns[i]["in"] if isinstance(a, str)}
             written = [(i, n) for i, n, _ in run if n in writes or n in read_elsewhere]
@@ -74,9 +74,12 @@ def seed_kernels(loaded: LoadedProgram, kernels: Sequence[tuple[Sequence[int], s
     return seeds
 
 
-def _runs_with_bodies(eqns: list[dict], env: dict[str, Term], table: ParamsTable,
-                      indices: Sequence[int]) -> list[list[tuple[int, str, Body]]]:
+def _runs_with_bodies(loaded: LoadedProgram, indices: Sequence[int]) -> list[list[tuple[int, str, Body]]]:
     """Maximal runs of consecutive equations that have a body form, as (index, name, body)."""
+    eqns, env, table = loaded.program["eqns"], loaded.env, loaded.params
+    # egglog-python sends an expression to egglog as a tree: a body read twice is let-bound, or a
+    # long kernel (GEMMs back to back) would be unfolded exponentially
+    reads = Counter(a for i in indices for a in eqns[i]["in"] if isinstance(a, str))
     runs: list[list[tuple[int, str, Body]]] = [[]]
     inside: dict[str, Body] = {}  # values the current run computes
     for index in indices:
@@ -90,6 +93,9 @@ def _runs_with_bodies(eqns: list[dict], env: dict[str, Term], table: ParamsTable
             runs.append([])
             inside = {}
         else:
+            if reads[eqn["out"][0]["name"]] > 1:
+                loaded.extra_lets += 1  # names stay deterministic: egglog's tie-breaks follow them
+                body = loaded.egraph.let(f"$k{loaded.extra_lets}", body)
             inside[eqn["out"][0]["name"]] = body
             runs[-1].append((index, eqn["out"][0]["name"], body))
     return [run for run in runs if run]

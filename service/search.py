@@ -9,16 +9,18 @@ import time
 from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from costmodel.egraph_view import EGraphView, view_egraph
 from costmodel.extract import Exclusive, Extraction, Requires, drop_dominated, extract_greedy_dag
 from costmodel.ilp import cheaper, extract_auto, extract_ilp
-from costmodel.kernel_cost import NodeCoster, gemm_exclusive_groups, tee_requirements
+from costmodel.kernel_cost import NodeCoster, gemm_exclusive_groups, gemm_kernel_time, tee_requirements
 from costmodel.profile import HardwareProfile
 from costmodel.warm_start import seeded_extraction
 from lowering.emit import ExtractionCycle, emit_program, without_unused_consts
-from lowering.kernels import build_kernel_program
+from lowering.kernels import build_kernel_program, static_names
+from rewrites.chain_order import seed_chain_orders
 from rewrites.ingest import LoadedProgram, ingest
 from rewrites.kernel_seeds import KernelSeed, seed_kernels
 from rewrites.schedule import FUSION_ONLY, NO_RULES, SCHEDULES, Budget, SaturationReport, saturate
@@ -98,6 +100,9 @@ def search(program: dict[str, Any], profile: HardwareProfile, options: OptimizeO
     with stage(timings, "ingest"):
         loaded = ingest(program)
     with stage(timings, "saturate"):
+        if options.rules and options.fp_mode == "real":  # matmul associativity: real arithmetic only
+            seed_chain_orders(loaded, partial(gemm_kernel_time, profile),
+                              static_names(program, profile.kernel.precompute_weights))
         saturation = saturate(loaded.egraph, SCHEDULES[options.fp_mode] if options.rules else NO_RULES,
                               budget(options))
     with stage(timings, "extract"):
@@ -109,6 +114,8 @@ def search(program: dict[str, Any], profile: HardwareProfile, options: OptimizeO
         algebraic = without_unused_consts(algebraic)  # eqn indices are unchanged
         # the conventional kernels, and the same with sibling fusion: both seeded, both warm starts
         policies = [build_kernel_program(algebraic, profile, fuse=True, siblings=s) for s in (False, True)]
+        if profile.kernel.max_gemms > 1:
+            policies.append(build_kernel_program(algebraic, profile, fuse=True, siblings=True, gemm_chains=True))
         seeds = [seed_kernels(fused, [(k.eqns, set(k.outputs)) for k in p.kernels]) for p in policies] \
             if options.rules else []
     with stage(timings, "extract_kernels"):

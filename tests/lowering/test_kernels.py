@@ -91,3 +91,27 @@ def test_sibling_policy_runs_an_op_that_reads_no_per_call_value_in_the_last_kern
     siblings = build_kernel_program(program, PROFILE, siblings=True)
     assert len(greedy.kernels) == 2 and len(siblings.kernels) == 1
     assert siblings.total.time_s < greedy.total.time_s
+
+
+def _three_layer_mlp():
+    x, *ws = (np.ones(s, np.float32) for s in [(16, 32), (32, 32), (32, 32), (32, 8)])
+    return capture(lambda x, a, b, c: jnp.tanh(jnp.tanh(x @ a) @ b) @ c, x, *ws)
+
+
+def test_gemm_chains_run_gemms_back_to_back_up_to_the_profiles_max_gemms():
+    program = _three_layer_mlp()
+    baseline = build_kernel_program(program, PROFILE)  # one GEMM per kernel, epilogues fused
+    assert len(baseline.kernels) == 3
+    two = build_kernel_program(program, with_overrides(PROFILE, {"kernel.max_gemms": 2}), gemm_chains=True)
+    three = build_kernel_program(program, with_overrides(PROFILE, {"kernel.max_gemms": 3}), gemm_chains=True)
+    assert [k.ops.count("dot_general") for k in two.kernels] == [2, 1]
+    (chain,) = three.kernels
+    assert chain.ops.count("dot_general") == 3 and chain.inputs == ["in0", "in1", "in2", "in3"]
+    assert [b["level"] for b in chain.buffers if b["role"] == "intermediate"] == ["sram"] * 4
+    # the tiling is summed over the GEMMs the kernel runs
+    assert chain.tiling["weight_loads"] == sum(k.tiling["weight_loads"] for k in baseline.kernels)
+    # the same GEMM work with fewer launches and no intermediates through HBM
+    assert three.total.time_s < two.total.time_s < baseline.total.time_s
+    assert three.total.hbm_bytes < two.total.hbm_bytes < baseline.total.hbm_bytes
+    assert build_kernel_program(program, with_overrides(PROFILE, {"kernel.max_gemms": 1}),
+                                gemm_chains=True).total == baseline.total

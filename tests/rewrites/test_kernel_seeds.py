@@ -11,7 +11,7 @@ from costmodel.egraph_view import view_egraph
 from costmodel.extract import drop_dominated
 from costmodel.ilp import extract_ilp
 from costmodel.kernel_cost import KERNEL_OPS, NODE_EPSILON_S, NodeCoster, gemm_exclusive_groups, tee_requirements
-from costmodel.profile import load_profile
+from costmodel.profile import load_profile, with_overrides
 from costmodel.warm_start import seeded_extraction
 from lowering.emit import emit_program
 from lowering.kernels import build_kernel_program
@@ -111,3 +111,36 @@ def test_sibling_seeds_let_the_e_graph_beat_greedy_fusion_on_the_mlp_training_st
     fusion = response["report"]["fusion"]
     assert fusion["chosen"] == "egraph" and fusion["egraph_s"] < fusion["greedy_s"]
     assert response["validation"]["status"] == "passed"
+
+
+def test_a_long_gemm_chain_seeds_without_unfolding_its_shared_values():
+    # h is read twice per step: sent to egglog as a tree, a 16-GEMM kernel body would have 2^16 leaves
+    def fn(h, w):
+        for _ in range(24):
+            h = jnp.tanh(h @ w) + h
+        return h
+
+    program = capture(fn, *_arrays((8, 16), (16, 16)))
+    chains = build_kernel_program(program, PROFILE, siblings=True, gemm_chains=True)
+    assert [k.ops.count("dot_general") for k in chains.kernels] == [16, 8]
+    loaded = ingest(program)
+    seeds = seed_kernels(loaded, [(k.eqns, set(k.outputs)) for k in chains.kernels])
+    view = view_egraph(loaded.egraph)
+    coster = NodeCoster(view, loaded.params, PROFILE, static_classes(view, program))
+    cost = {n.id: coster(n) for c in view.classes.values() for n in c.nodes}
+    warm = seeded_extraction(view, seeds, cost, gemm_exclusive_groups(view), tee_requirements(view))
+    emitted = emit_program(view, warm.choice, loaded.params, program)
+    assert validate(program, emitted.program, "exact")["status"] == "passed"
+    lowered = build_kernel_program(emitted.program, PROFILE, groups=emitted.groups)
+    assert len(lowered.kernels) == 2 and lowered.total.time_s <= chains.total.time_s * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("max_gemms", [1, 16])
+def test_the_unrolled_rnn_runs_its_steps_in_one_kernel_only_where_the_profile_allows(max_gemms):
+    fn, args = ZOO["rnn_unrolled"]()
+    profile = with_overrides(PROFILE, {"kernel.max_gemms": max_gemms})
+    response = optimize(capture(fn, *args, weight_argnums=WEIGHT_ARGNUMS["rnn_unrolled"]), profile)
+    gemms = [k["ops"].count("dot_general") for k in response["kernels"]]
+    assert response["validation"]["status"] == "passed"
+    assert max(gemms) == min(max_gemms, sum(gemms))  # 9 GEMMs: the merged input projection and 8 steps
+    assert (len(response["kernels"]) == 1) == (max_gemms > 1)

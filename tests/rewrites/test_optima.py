@@ -45,7 +45,9 @@ def test_ten_matmul_chain_reaches_the_dynamic_programming_optimum():
     optimum = matrix_chain_optimum(dims)
     left_to_right = sum(matmul_time(dims[0], dims[k], dims[k + 1]) for k in range(1, len(dims) - 1))
     assert optimum < 0.5 * left_to_right  # the instance is one where the order matters
-    assert response["report"]["extraction"]["cost_s"] == pytest.approx(optimum, rel=1e-9)
+    # the algebra's order, one kernel per matmul; fusion may then run GEMMs back to back for less
+    assert response["report"]["extraction"]["algebra"]["cost_s"] == pytest.approx(optimum, rel=1e-9)
+    assert response["estimate"]["optimized"]["time_s"] <= optimum
     assert response["validation"]["status"] == "passed"
 
 

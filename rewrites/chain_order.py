@@ -1,0 +1,132 @@
+"""Matrix-chain ordering: the cheapest parenthesisation of each chain of matmuls, found by the
+classic O(n^3) dynamic program and added to the chain's e-class.
+
+The reassociation rules (rewrites/matmul.py) reach every order of an n-matmul chain only after
+building a Catalan number of them: an 80-matmul chain never saturates, and extraction sees the
+orders the time limit allowed. The dynamic program finds the cheapest order directly under the
+price of one GEMM kernel. It is matmul associativity, an identity of real arithmetic, so it is
+seeded in `real` mode only; the e-graph still weighs it against everything its rules find.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, Union
+
+from egglog import set_, union
+
+from rewrites.ingest import LoadedProgram, encode_typed, ivec
+from rewrites.terms import Term, dtype, shape
+
+PLAIN_MATMUL = [[[1], [0]], [[], []]]  # (m, k) @ (k, n): contract lhs dim 1 with rhs dim 0, no batch
+Order = Union[int, tuple["Order", "Order"]]  # a leaf index, or (left, right) multiplied
+
+
+@dataclass(frozen=True)
+class Chain:
+    """A tree of plain 2-D matmuls with identical params, flattened: `leaves[i]` is
+    dims[i] x dims[i + 1]; `root` names the value the chain computes."""
+
+    root: str
+    leaves: tuple[str, ...]
+    dims: tuple[int, ...]
+    params: dict[str, Any]
+    dtype: str
+
+
+def find_chains(program: dict[str, Any], min_leaves: int = 3) -> list[Chain]:
+    """Maximal matmul chains of `program`: an operand that is a matmul read only by the next one
+    (with the same params and dtype) is flattened into it."""
+    eqns = program["eqns"]
+    readers: dict[str, int] = {}
+    for eqn in eqns:
+        for a in eqn["in"]:
+            if isinstance(a, str):
+                readers[a] = readers.get(a, 0) + 1
+    for name in program["outputs"]:
+        if isinstance(name, str):
+            readers[name] = readers.get(name, 0) + 1
+    matmuls = {e["out"][0]["name"]: e for e in eqns if _is_plain_matmul(e)}
+
+    def inlined(operand: str, params: dict[str, Any]) -> bool:
+        eqn = matmuls.get(operand)
+        return eqn is not None and readers[operand] == 1 and eqn["params"] == params
+
+    def leaves(name: str) -> list[str]:
+        eqn = matmuls[name]
+        return [leaf for a in eqn["in"] for leaf in (leaves(a) if inlined(a, eqn["params"]) else [a])]
+
+    avals = {s["name"]: s["shape"] for s in program["inputs"]} | \
+        {o["name"]: o["shape"] for e in eqns for o in e["out"]} | {c["name"]: c["shape"] for c in program.get("consts", [])}
+    inner = {a for name, eqn in matmuls.items() for a in eqn["in"] if inlined(a, eqn["params"])}
+    chains = []
+    for name, eqn in matmuls.items():
+        if name in inner:
+            continue
+        names = leaves(name)
+        if len(names) >= min_leaves:
+            dims = (avals[names[0]][0], *(avals[n][1] for n in names))
+            chains.append(Chain(name, tuple(names), dims, eqn["params"], eqn["out"][0]["dtype"]))
+    return chains
+
+
+def _is_plain_matmul(eqn: dict[str, Any]) -> bool:
+    params = eqn.get("params") or {}
+    return (eqn["op"] == "dot_general" and len(eqn["out"]) == 1 and len(eqn["out"][0]["shape"]) == 2
+            and all(isinstance(a, str) for a in eqn["in"]) and params.get("dimension_numbers") == PLAIN_MATMUL)
+
+
+def cheapest_order(dims: Sequence[int], price: Callable[[int, int, int], float],
+                   free: Sequence[bool] = ()) -> tuple[float, Order]:
+    """The matrix-chain dynamic program: the cheapest way to multiply matrices dims[i] x dims[i+1],
+    where `price(m, k, n)` is one (m x k) @ (k x n) product. A run of `free` leaves (weights,
+    whose product is precomputed) costs nothing."""
+    count = len(dims) - 1
+    free = tuple(free) or (False,) * count
+    price = cache(price)
+
+    @cache
+    def best(i: int, j: int) -> tuple[float, Order]:
+        if i == j:
+            return 0.0, i
+        options = []
+        for k in range(i, j):
+            (left, lo), (right, ro) = best(i, k), best(k + 1, j)
+            step = 0.0 if all(free[i:j + 1]) else price(dims[i], dims[k + 1], dims[j + 1])
+            options.append((left + right + step, (lo, ro)))
+        return min(options, key=lambda option: option[0])
+
+    for span in range(1, count):  # bottom up, so the recursion stays shallow
+        for i in range(count - span):
+            best(i, i + span)
+    return best(0, count - 1)
+
+
+def seed_chain_orders(loaded: LoadedProgram, price: Callable[[dict, str, int, int, int], float],
+                      free: set[str]) -> list[Chain]:
+    """Add the cheapest order of every matmul chain of `loaded`'s program to the chain's e-class;
+    `price(params, dtype, m, k, n)` is one GEMM kernel, `free` the values precomputed once."""
+    chains = find_chains(loaded.program)
+    commands = []
+    for chain in chains:
+        _, order = cheapest_order(chain.dims, lambda m, k, n, c=chain: price(c.params, c.dtype, m, k, n),
+                                  [leaf in free for leaf in chain.leaves])
+        term, _, _ = _build(loaded, chain, order, commands)
+        commands.append(union(loaded.env[chain.root]).with_(term))
+    if commands:
+        loaded.egraph.register(*commands)
+    return chains
+
+
+def _build(loaded: LoadedProgram, chain: Chain, order: Order, commands: list) -> tuple[Term, int, int]:
+    """The term multiplying `order` out, with its (rows, cols); new products get their shape and
+    dtype (the e-class invariant) through `commands`."""
+    if isinstance(order, int):
+        return loaded.env[chain.leaves[order]], chain.dims[order], chain.dims[order + 1]
+    (a, m, _), (b, _, n) = (_build(loaded, chain, side, commands) for side in order)
+    eqn = {"op": "dot_general", "in": ["a", "b"], "params": chain.params,
+           "out": [{"name": "ab", "shape": [m, n], "dtype": chain.dtype}]}
+    term = encode_typed(Term, eqn, [a, b], loaded.params)
+    commands += [set_(shape(term)).to(ivec([m, n])), set_(dtype(term)).to(chain.dtype)]
+    return term, m, n
