@@ -65,6 +65,8 @@ def random_inputs(program: dict[str, Any], seed: int, scaled: bool = False) -> l
             arrays.append(rng.random(shape) < 0.5)
         elif np.issubdtype(dtype, np.integer):
             arrays.append(rng.integers(0, 4, shape).astype(dtype))  # small: valid as indices too
+        elif dtype in (np.float32, np.float64):  # drawn in the target type: 4x faster on big weights
+            arrays.append(rng.standard_normal(shape, dtype=dtype) * dtype.type(scale))
         else:
             arrays.append((rng.normal(size=shape) * scale).astype(dtype))
     return arrays

@@ -30,6 +30,7 @@ class LoadedProgram:
     env: dict[str, Term] = field(default_factory=dict)  # wire name -> its term (the let bound at ingest)
     timings: dict[str, float] = field(default_factory=dict)
     extra_lets: int = 0  # lets added after ingest (kernel seeds' shared bodies), numbered per e-graph
+    seeded: dict[tuple, list] = field(default_factory=dict)  # kernels seeded so far -> their seeds
 
 
 def _rest(params: dict[str, Any], *structural: str) -> dict[str, Any]:

@@ -46,11 +46,17 @@ class KernelSeed:
 def seed_kernels(loaded: LoadedProgram, kernels: Sequence[tuple[Sequence[int], set[str]]]) -> list[KernelSeed]:
     """Add each kernel, given as (its equations in execution order, the names it writes), to the
     e-graph of `loaded` (the same program). An equation with no body form (concat, opaque, a
-    multi-output primitive) leaves the kernel: its value is written and read back."""
+    multi-output primitive) leaves the kernel: its value is written and read back. A kernel
+    seeded before (another policy made it too) is not built again."""
     eqns, env = loaded.program["eqns"], loaded.env
     seeds: list[KernelSeed] = []
     commands = []
     for indices, writes in kernels:
+        key = (tuple(indices), frozenset(writes))
+        if key in loaded.seeded:
+            seeds += loaded.seeded[key]
+            continue
+        first = len(seeds)
         # An equation with no body splits the kernel: the ops before it write what it and the
         # ops after it read (a kernel that fed it and read it back would be a cycle).
         for run in _runs_with_bodies(loaded, indices):
@@ -69,6 +75,7 @@ def seed_kernels(loaded: LoadedProgram, kernels: Sequence[tuple[Sequence[int], s
             else:
                 commands.append(union(env[root_name]).with_(Term.kernel(root_body)))
             seeds.append(KernelSeed(root, tuple(i for i, _ in tees), frozenset(mine)))
+        loaded.seeded[key] = seeds[first:]
     if commands:
         loaded.egraph.register(*commands)
     return seeds

@@ -7,6 +7,7 @@ sent never have to round-trip through egglog's printer.
 """
 from __future__ import annotations
 
+import functools
 import struct
 
 from egglog import Expr, String, StringLike, Vec, f64, f64Like, function, i64, i64Like
@@ -248,7 +249,14 @@ def output(index: i64Like) -> Term:
 
 def ivec(values) -> Vec[i64]:
     """A Vec[i64] literal from Python ints."""
-    return Vec[i64](*(i64(int(v)) for v in values))
+    return _ivec(tuple(int(v) for v in values))
+
+
+@functools.lru_cache(maxsize=4096)
+def _ivec(values: tuple[int, ...]) -> Vec[i64]:
+    # Building one costs ~0.4 ms in egglog-python, and programs repeat a few shapes and axes many
+    # times; an expression is an immutable value, so one object serves every e-graph.
+    return Vec[i64](*(i64(v) for v in values))
 
 
 def float_bits(value: float) -> int:

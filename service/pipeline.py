@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from contextlib import nullcontext
 from typing import Any
 
 from costmodel.extract import Extraction
@@ -16,6 +17,7 @@ from lowering.kernels import KernelProgram, build_kernel_program, lower_bound
 from lowering.listing import kernel_listing
 from lowering.to_jax import typecheck
 from lowering.validate import validate
+from service.background_validation import BackgroundValidation
 from service.control_flow import optimize_nested
 from service.options import OptimizeOptions
 from service.partition import find_pieces, search_pieces
@@ -50,40 +52,46 @@ def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | N
         nested, control_flow = optimize_nested(program, lambda body: optimize(body, profile, options))
     with stage(timings, "partition"):
         pieces = find_pieces(nested) if options.rules else None
-    if pieces is None:
-        found = search(nested, profile, options, timings)
-    else:  # an encoder's layers: each kind of piece searched once, in a share of the time limit
-        share = budget(options).time_limit_s / len({p.signature for p in pieces})
-        piece_options = options.model_copy(update={"time_limit_s": share})
-        found = search_pieces(nested, pieces, lambda piece: search(piece, profile, piece_options, timings))
-    notes: list[str] = []
-    fusion_report: dict[str, Any] = {"chosen": "none"}
-    with stage(timings, "lower"):
-        naive = build_kernel_program(program, profile, fuse=False)
-        baseline = build_kernel_program(program, profile, fuse=True)
-        if found.candidate is None:
-            candidate, lowered = program, baseline
-            notes.append(f"extraction produced a cycle ({found.cycle}); returning the original program")
-        else:
-            candidate = found.candidate
-            lowered = build_kernel_program(candidate, profile, groups=found.groups)
-            # The greedy kernels are e-nodes the extraction starts from, so this guard is for
-            # seeds it could not match (a program that repeats an equation) and estimate drift.
-            greedy = build_kernel_program(found.algebraic, profile, fuse=True)
-            fusion_report = {"egraph_s": lowered.total.time_s, "greedy_s": greedy.total.time_s, "chosen": "egraph",
-                             "seeded_kernels": found.seeded_kernels}
-            if greedy.total.time_s < lowered.total.time_s:
-                candidate, lowered, fusion_report["chosen"] = found.algebraic, greedy, "greedy"
-        if lowered.total.time_s > baseline.total.time_s:
-            notes.append("optimized estimate was slower than the baseline; returning the original program")
-            candidate, lowered = program, baseline
-    with stage(timings, "validate"):
-        validation = validate(program, candidate, options.fp_mode) if options.validate_result \
-            else {"status": "skipped", "max_rel_error": None, "trials": 0}
-        if validation["status"] == "failed":
-            notes.append("validation failed; returning the original program (rules fired: "
-                         + ", ".join(found.saturation.rules_fired) + ")")
-            candidate, lowered = program, baseline
+    overlap = options.validate_result and pieces is None  # a piecewise search has no early algebraic optimum
+    with BackgroundValidation(program, options.fp_mode, timings) if overlap else nullcontext() as early:
+        if pieces is None:
+            found = search(nested, profile, options, timings, early.start if early else None)
+        else:  # an encoder's layers: each kind of piece searched once, in a share of the time limit
+            share = budget(options).time_limit_s / len({p.signature for p in pieces})
+            piece_options = options.model_copy(update={"time_limit_s": share})
+            found = search_pieces(nested, pieces, lambda piece: search(piece, profile, piece_options, timings))
+        notes: list[str] = []
+        fusion_report: dict[str, Any] = {"chosen": "none"}
+        with stage(timings, "lower"):
+            naive = build_kernel_program(program, profile, fuse=False)
+            baseline = build_kernel_program(program, profile, fuse=True)
+            if found.candidate is None:
+                candidate, lowered = program, baseline
+                notes.append(f"extraction produced a cycle ({found.cycle}); returning the original program")
+            else:
+                candidate = found.candidate
+                lowered = build_kernel_program(candidate, profile, groups=found.groups)
+                # The greedy kernels are e-nodes the extraction starts from, so this guard is for
+                # seeds it could not match (a program that repeats an equation) and estimate drift.
+                greedy = build_kernel_program(found.algebraic, profile, fuse=True)
+                fusion_report = {"egraph_s": lowered.total.time_s, "greedy_s": greedy.total.time_s, "chosen": "egraph",
+                                 "seeded_kernels": found.seeded_kernels}
+                if greedy.total.time_s < lowered.total.time_s:
+                    candidate, lowered, fusion_report["chosen"] = found.algebraic, greedy, "greedy"
+            if lowered.total.time_s > baseline.total.time_s:
+                notes.append("optimized estimate was slower than the baseline; returning the original program")
+                candidate, lowered = program, baseline
+        with stage(timings, "validate"):
+            if not options.validate_result:
+                validation = {"status": "skipped", "max_rel_error": None, "trials": 0}
+            elif early is not None:
+                validation = early.result_for(candidate)
+            else:
+                validation = validate(program, candidate, options.fp_mode)
+            if validation["status"] == "failed":
+                notes.append("validation failed; returning the original program (rules fired: "
+                             + ", ".join(found.saturation.rules_fired) + ")")
+                candidate, lowered = program, baseline
     return {
         "id": request_id(program, profile, options),
         "program": candidate,

@@ -6,7 +6,7 @@ the response belong to the pipeline (service/pipeline.py), which may search a pr
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -95,8 +95,9 @@ def static_classes(view: EGraphView, program: dict, precompute_weights: bool = T
 
 
 def search(program: dict[str, Any], profile: HardwareProfile, options: OptimizeOptions,
-           timings: dict[str, float]) -> Search:
-    """Search one (type-checked, control-flow-optimized) program; stage times add to `timings`."""
+           timings: dict[str, float], on_algebra: Callable[[dict[str, Any]], None] | None = None) -> Search:
+    """Search one (type-checked, control-flow-optimized) program; stage times add to `timings`.
+    `on_algebra` gets the algebraic optimum as soon as it is known (fusion only regroups it)."""
     with stage(timings, "ingest"):
         loaded = ingest(program)
     with stage(timings, "saturate"):
@@ -107,11 +108,13 @@ def search(program: dict[str, Any], profile: HardwareProfile, options: OptimizeO
                               budget(options))
     with stage(timings, "extract"):
         view, algebra = _extract_stage(loaded, profile, program, options, fusion_proxy=True)
-        algebraic = emit_program(view, algebra.choice, loaded.params, program).program
+        untrimmed = emit_program(view, algebra.choice, loaded.params, program).program
+        algebraic = without_unused_consts(untrimmed)  # eqn indices are unchanged
+    if on_algebra is not None:
+        on_algebra(algebraic)
     with stage(timings, "fuse"):
-        fused = ingest(algebraic)  # all consts kept: var indices mean the same as in `program`
+        fused = ingest(untrimmed)  # all consts kept: var indices mean the same as in `program`
         fusion = saturate(fused.egraph, FUSION_ONLY if options.rules else NO_RULES, budget(options))
-        algebraic = without_unused_consts(algebraic)  # eqn indices are unchanged
         # the conventional kernels, and the same with sibling fusion: both seeded, both warm starts
         policies = [build_kernel_program(algebraic, profile, fuse=True, siblings=s) for s in (False, True)]
         if profile.kernel.max_gemms > 1:
