@@ -52,5 +52,7 @@ def test_the_pipeline_validates_beside_fusion_and_under_the_callers_x64_mode():
     assert response["validation"]["status"] == "passed"
     assert "validate_background" in response["report"]["timings_s"]
     with jax.enable_x64(True):  # the thread runs under the caller's JAX config, not its own default
-        wide = capture(lambda x, w: jnp.tanh(x @ w) * 2.0, X.astype(np.float64), W.astype(np.float64))
-        assert optimize(wide)["validation"]["status"] == "passed"
+        x, w, v = (np.full(s, 0.5) for s in [(1, 1), (1, 1), (1,)])
+        wide = capture(lambda x, w, v: (x @ w) * v, x, w, v)  # rewritten: x @ (w * v)
+        response = optimize(wide)
+        assert response["program"] != wide and response["validation"]["status"] == "passed"
