@@ -19,6 +19,7 @@ from lowering.to_jax import typecheck
 from lowering.validate import validate
 from service.background_validation import BackgroundValidation
 from service.control_flow import optimize_nested
+from service.loop_hoist import hoist_if_cheaper
 from service.options import OptimizeOptions
 from service.partition import find_pieces, search_pieces
 from service.search import Search, budget, search, stage
@@ -48,8 +49,13 @@ def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | N
     timings: dict[str, float] = {}
     with stage(timings, "typecheck"):
         typecheck(program)
+    notes: list[str] = []
     with stage(timings, "control_flow"):  # bodies first; `program` stays the validation reference
-        nested, control_flow = optimize_nested(program, lambda body: optimize(body, profile, options))
+        hoisted, count = hoist_if_cheaper(program, profile) if options.rules and options.fp_mode == "real" \
+            else (program, 0)
+        if count:
+            notes.append(f"hoisted {count} loop-invariant GEMM(s) out of scan bodies")
+        nested, control_flow = optimize_nested(hoisted, lambda body: optimize(body, profile, options))
     with stage(timings, "partition"):
         pieces = find_pieces(nested) if options.rules else None
     overlap = options.validate_result and pieces is None  # a piecewise search has no early algebraic optimum
@@ -60,7 +66,6 @@ def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | N
             share = budget(options).time_limit_s / len({p.signature for p in pieces})
             piece_options = options.model_copy(update={"time_limit_s": share})
             found = search_pieces(nested, pieces, lambda piece: search(piece, profile, piece_options, timings))
-        notes: list[str] = []
         fusion_report: dict[str, Any] = {"chosen": "none"}
         with stage(timings, "lower"):
             naive = build_kernel_program(program, profile, fuse=False)
