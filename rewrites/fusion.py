@@ -14,8 +14,9 @@ a producer kernel on to their consumers (their bodies grow, they start none).
 
 Guards: a body holds at most MAX_BODY_OPS compute ops (the alternatives per class grow
 exponentially with it: 4 gives ~15x a transformer layer's plain nodes, 6 gives ~80x) and at most
-one GEMM (an optical kernel streams one stationary weight set). GEMMs start kernels and take
-epilogues; they do not absorb producers, whose work would repeat per weight tile.
+one GEMM. GEMMs start kernels and take epilogues; they do not absorb producers, whose work would
+repeat per weight tile. (GEMMs run back to back in one kernel, each reading the last from SRAM,
+come from a seeded policy, rewrites/kernel_seeds.py, bounded by the profile's `kernel.max_gemms`.)
 """
 from __future__ import annotations
 

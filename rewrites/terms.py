@@ -239,7 +239,7 @@ def body_ops(body: Body) -> i64:
 
 @function(merge=lambda old, new: old.min(new))
 def body_gemms(body: Body) -> i64:
-    """GEMMs inside a kernel body: at most one (an optical kernel streams one weight set)."""
+    """GEMMs inside a kernel body: the fusion rules build bodies with at most one."""
 
 
 @function
