@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bench.models.registry import MODELS, capture_model
-from service import pipeline, search
+from service import background_validation, pipeline, search
 
 # Module attributes per stage (the search's stages live in service.search, lowering and validation
 # in service.pipeline); names missing from a version are skipped.
 STAGES = {"ingest": ["ingest"], "saturate": ["saturate"], "extract": ["view_egraph", "_extract"],
           "fuse": ["seed_kernels"], "lower": ["build_kernel_program", "emit_program"], "validate": ["validate"]}
-MODULES = (search, pipeline)
+MODULES = (search, pipeline, background_validation)
 
 
 def _wrapped(fn: Callable, profiler: cProfile.Profile) -> Callable:

@@ -53,8 +53,8 @@ def seed_kernels(loaded: LoadedProgram, kernels: Sequence[tuple[Sequence[int], s
     commands = []
     for indices, writes in kernels:
         key = (tuple(indices), frozenset(writes))
-        if key in loaded.seeded:
-            seeds += loaded.seeded[key]
+        if key in loaded.seeded or len(indices) < 2:  # a lone op is its plain node already
+            seeds += loaded.seeded.get(key, [])
             continue
         first = len(seeds)
         # An equation with no body splits the kernel: the ops before it write what it and the
