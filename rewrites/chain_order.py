@@ -9,6 +9,7 @@ seeded in `real` mode only; the e-graph still weighs it against everything its r
 """
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -39,14 +40,7 @@ def find_chains(program: dict[str, Any], min_leaves: int = 3) -> list[Chain]:
     """Maximal matmul chains of `program`: an operand that is a matmul read only by the next one
     (with the same params and dtype) is flattened into it."""
     eqns = program["eqns"]
-    readers: dict[str, int] = {}
-    for eqn in eqns:
-        for a in eqn["in"]:
-            if isinstance(a, str):
-                readers[a] = readers.get(a, 0) + 1
-    for name in program["outputs"]:
-        if isinstance(name, str):
-            readers[name] = readers.get(name, 0) + 1
+    readers = Counter(a for a in [*(a for e in eqns for a in e["in"]), *program["outputs"]] if isinstance(a, str))
     matmuls = {e["out"][0]["name"]: e for e in eqns if _is_plain_matmul(e)}
 
     def inlined(operand: str, params: dict[str, Any]) -> bool:

@@ -14,7 +14,7 @@ from itertools import count
 from typing import Any
 
 from costmodel.profile import HardwareProfile
-from lowering.kernels import build_kernel_program
+from lowering.kernels import avals_of, build_kernel_program
 
 PLAIN_MATMUL = [[[1], [0]], [[], []]]
 
@@ -22,7 +22,7 @@ PLAIN_MATMUL = [[[1], [0]], [[], []]]
 def hoist_scan_projections(program: dict[str, Any]) -> tuple[dict[str, Any], int]:
     """A copy of `program` with every hoistable GEMM of its top-level scans hoisted, and how many."""
     result = copy.deepcopy(program)
-    taken = _names(result)
+    taken = avals_of(result).keys()
     fresh = (f"hoisted{k}" for k in count() if f"hoisted{k}" not in taken)
     eqns, hoisted = [], 0
     for eqn in result["eqns"]:
@@ -77,8 +77,3 @@ def _rename(body: dict[str, Any], old: str, new: str) -> None:
     for eqn in body["eqns"]:
         eqn["in"] = [new if a == old else a for a in eqn["in"]]
     body["outputs"] = [new if o == old else o for o in body["outputs"]]
-
-
-def _names(program: dict[str, Any]) -> set[str]:
-    names = {s["name"] for s in [*program["inputs"], *program.get("consts", [])]}
-    return names | {o["name"] for e in program["eqns"] for o in e["out"]}
