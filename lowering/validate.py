@@ -15,6 +15,7 @@ program) falls back to running both whole programs, which stays the authority.
 from __future__ import annotations
 
 import json
+import zlib
 from typing import Any, Callable
 
 import jax
@@ -28,6 +29,7 @@ from service.wire import ConstSpec, decode_array, encode_array
 TOLERANCE = {"float64": 1e-9, "float32": 1e-4, "float16": 1e-2, "bfloat16": 2e-2}
 # Beyond this share of the optimized program in regions, checking them costs as much as the whole.
 MAX_REGION_SHARE = 0.6
+TRIALS = 2  # random input draws per validation (one more where standard-normal inputs overflow)
 
 
 def input_scales(program: dict[str, Any]) -> list[float]:
@@ -54,21 +56,51 @@ def input_scales(program: dict[str, Any]) -> list[float]:
     return scales
 
 
-def random_inputs(program: dict[str, Any], seed: int, scaled: bool = False) -> list[np.ndarray]:
+class InputDraws:
+    """Standard-normal draws per (trial seed, input), each made once and kept read-only: a whole run
+    and a region run of the same trial share them (a region run reads a subset of the inputs, scaled),
+    and they can be drawn ahead (`fill`) while the optimizer is still searching. Each input has a
+    stream of its own, seeded by the trial seed and the input's name, so a subset draws the same."""
+
+    def __init__(self) -> None:
+        self.arrays: dict[tuple, np.ndarray] = {}
+
+    def normal(self, seed: int, spec: dict[str, Any]) -> np.ndarray:
+        key = (seed, spec["name"], tuple(spec["shape"]), spec["dtype"])
+        if key not in self.arrays:  # drawn in the target type: 4x faster on big weights
+            array = _stream(seed, spec).standard_normal(key[2], dtype=jax.numpy.dtype(spec["dtype"]))
+            array.flags.writeable = False
+            self.arrays[key] = array
+        return self.arrays[key]
+
+    def fill(self, program: dict[str, Any], seeds: range = range(TRIALS)) -> None:
+        for seed in seeds:
+            for spec in program["inputs"]:
+                if spec["dtype"] in ("float32", "float64"):
+                    self.normal(seed, spec)
+
+
+def _stream(seed: int, spec: dict[str, Any]) -> np.random.Generator:
+    return np.random.default_rng([seed, zlib.crc32(spec["name"].encode())])
+
+
+def random_inputs(program: dict[str, Any], seed: int, scaled: bool = False,
+                  draws: InputDraws | None = None) -> list[np.ndarray]:
     """Seeded inputs: standard normal floats, or with `scaled` normal / sqrt(fan-in) (`input_scales`)."""
-    rng = np.random.default_rng(seed)
+    draws = draws or InputDraws()
     arrays = []
     scales = input_scales(program) if scaled else [1.0] * len(program["inputs"])
     for spec, scale in zip(program["inputs"], scales):
         shape, dtype = tuple(spec["shape"]), jax.numpy.dtype(spec["dtype"])
         if spec["dtype"] == "bool":
-            arrays.append(rng.random(shape) < 0.5)
+            arrays.append(_stream(seed, spec).random(shape) < 0.5)
         elif np.issubdtype(dtype, np.integer):
-            arrays.append(rng.integers(0, 4, shape).astype(dtype))  # small: valid as indices too
-        elif dtype in (np.float32, np.float64):  # drawn in the target type: 4x faster on big weights
-            arrays.append(rng.standard_normal(shape, dtype=dtype) * dtype.type(scale))
+            arrays.append(_stream(seed, spec).integers(0, 4, shape).astype(dtype))  # small: valid as indices too
+        elif dtype in (np.float32, np.float64):
+            normal = draws.normal(seed, spec)
+            arrays.append(normal if scale == 1.0 else normal * dtype.type(scale))
         else:
-            arrays.append((rng.normal(size=shape) * scale).astype(dtype))
+            arrays.append((_stream(seed, spec).normal(size=shape) * scale).astype(dtype))
     return arrays
 
 
@@ -140,7 +172,7 @@ class Comparison:
 
 
 def validate(original: dict[str, Any], optimized: dict[str, Any], fp_mode: str = "real",
-             trials: int = 2, seed: int = 0) -> dict[str, Any]:
+             trials: int = TRIALS, seed: int = 0, draws: InputDraws | None = None) -> dict[str, Any]:
     """{status, max_rel_error, trials, tolerance, criterion, original_rel_error}: original vs optimized.
 
     Real mode compares float32 results directly; where they differ by more than the tolerance, an
@@ -153,38 +185,36 @@ def validate(original: dict[str, Any], optimized: dict[str, Any], fp_mode: str =
     A region check that fails is not the verdict (its pairing of values is a heuristic), but
     neither may a whole run on nicer inputs overrule it: deep random networks lose sensitivity
     (attention in a 12-layer encoder barely depends on its query weights), so the whole run uses
-    the same standard-normal inputs as ever."""
-    plan = find_regions(original, optimized)
+    the same standard-normal inputs as ever. `draws` may hold the inputs drawn ahead."""
+    plan, draws = find_regions(original, optimized), draws or InputDraws()
     if plan is not None and not plan.regions:
         return Comparison(fp_mode).result(0, criterion="identical")
     if plan is not None and fp_mode == "real" and plan.share <= MAX_REGION_SHARE:
-        checked = region_validate(original, optimized, plan, Comparison(fp_mode), trials, seed)
+        checked = region_validate(original, optimized, plan, Comparison(fp_mode), trials, seed, draws)
         if checked["status"] == "passed":
             return checked
-    return validate_whole(original, optimized, fp_mode, trials, seed)
+    return validate_whole(original, optimized, fp_mode, trials, seed, draws)
 
 
 def validate_whole(original: dict[str, Any], optimized: dict[str, Any], fp_mode: str = "real",
-                   trials: int = 2, seed: int = 0) -> dict[str, Any]:
-    """Both whole programs, each jitted once, on every trial's standard-normal inputs; where those
-    overflow (the original's float results hold inf or nan, so positions match vacuously), one
-    more trial with fan-in scaled inputs."""
+                   trials: int = TRIALS, seed: int = 0, draws: InputDraws | None = None) -> dict[str, Any]:
+    """Both whole programs, each jitted once, on every trial's standard-normal inputs. Where those
+    overflow (the original's float results hold inf or nan, so positions match vacuously), every
+    later trial draws fan-in scaled inputs instead, and one is added if none is left: another
+    standard-normal draw would overflow alike and check nothing more."""
     run_original = jax.jit(program_to_callable(original))
     run_optimized = jax.jit(program_to_callable(optimized))
     wide = Float64Reference(original)
     comparison = Comparison(fp_mode)
-    schedule, done = [(seed + t, False) for t in range(trials)], 0
-    while done < len(schedule):
-        trial_seed, scaled = schedule[done]
-        done += 1
-        args = random_inputs(original, trial_seed, scaled)
+    done, scaled, scaled_done = 0, False, 0
+    while done < trials or (scaled and not scaled_done):
+        args = random_inputs(original, seed + done, scaled, draws)
+        done, scaled_done = done + 1, scaled_done + scaled
         refs, results = run_original(*args), run_optimized(*args)
         for k, (ref, res) in enumerate(zip(refs, results)):
             comparison.check(ref, res, lambda k=k: wide(args)[k])
             ref = np.asarray(ref)
-            if not scaled and len(schedule) == trials and np.issubdtype(ref.dtype, np.inexact) \
-                    and not np.isfinite(ref).all():
-                schedule.append((seed + trials, True))
+            scaled = scaled or (np.issubdtype(ref.dtype, np.inexact) and not np.isfinite(ref).all())
     return comparison.result(done)
 
 
@@ -216,7 +246,7 @@ class Float64Reference:
 
 
 def region_validate(original: dict[str, Any], optimized: dict[str, Any], plan: RegionPlan,
-                    comparison: Comparison, trials: int, seed: int) -> dict[str, Any]:
+                    comparison: Comparison, trials: int, seed: int, draws: InputDraws | None) -> dict[str, Any]:
     """Per trial, one jitted call runs the original only as far as the regions need and each region
     on the values the original feeds it (one compile for all: XLA's fixed cost per module is
     larger than a small region's); each region's results are compared with the original's values.
@@ -239,7 +269,7 @@ def region_validate(original: dict[str, Any], optimized: dict[str, Any], plan: R
                 for fn, region in calls]
 
     for trial in range(trials):
-        for refs, results in run(*random_inputs(needed, seed + trial, scaled=True)):
+        for refs, results in run(*random_inputs(needed, seed + trial, scaled=True, draws=draws)):
             for ref, res in zip(refs, results):
                 comparison.check(ref, res, None)  # no float64 here: doubt goes to the whole run
         if comparison.failed:

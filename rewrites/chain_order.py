@@ -79,22 +79,18 @@ def cheapest_order(dims: Sequence[int], price: Callable[[int, int, int], float],
     count = len(dims) - 1
     free = tuple(free) or (False,) * count
     price = cache(price)
-
-    @cache
-    def best(i: int, j: int) -> tuple[float, Order]:
-        if i == j:
-            return 0.0, i
-        options = []
-        for k in range(i, j):
-            (left, lo), (right, ro) = best(i, k), best(k + 1, j)
-            step = 0.0 if all(free[i:j + 1]) else price(dims[i], dims[k + 1], dims[j + 1])
-            options.append((left + right + step, (lo, ro)))
-        return min(options, key=lambda option: option[0])
-
-    for span in range(1, count):  # bottom up, so the recursion stays shallow
+    cost = [[0.0] * count for _ in range(count)]
+    split = [[0] * count for _ in range(count)]
+    for span in range(1, count):  # bottom up: every sub-chain before the chains containing it
         for i in range(count - span):
-            best(i, i + span)
-    return best(0, count - 1)
+            j = i + span
+            step = (lambda k: 0.0) if all(free[i:j + 1]) else (lambda k: price(dims[i], dims[k + 1], dims[j + 1]))
+            cost[i][j], split[i][j] = min((cost[i][k] + cost[k + 1][j] + step(k), k) for k in range(i, j))
+
+    def order(i: int, j: int) -> Order:
+        return i if i == j else (order(i, split[i][j]), order(split[i][j] + 1, j))
+
+    return cost[0][count - 1], order(0, count - 1)
 
 
 def seed_chain_orders(loaded: LoadedProgram, price: Callable[[dict, str, int, int, int], float],

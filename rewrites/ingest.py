@@ -7,6 +7,7 @@ dtype from the wire program's avals.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -31,6 +32,21 @@ class LoadedProgram:
     timings: dict[str, float] = field(default_factory=dict)
     extra_lets: int = 0  # lets added after ingest (kernel seeds' shared bodies), numbered per e-graph
     seeded: dict[tuple, list] = field(default_factory=dict)  # kernels seeded so far -> their seeds
+
+    def __enter__(self) -> LoadedProgram:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Drop the Rust e-graph now, on this thread. egglog-python's schedule runner leaves a
+        reference cycle holding the e-graph's state (a recursive closure), so otherwise it lives
+        until a cyclic collection, which may run on any thread; the Rust e-graph may only be
+        dropped on the thread that made it, and elsewhere it leaks with a warning."""
+        state = getattr(self.egraph, "_state", None)
+        if state is not None and getattr(state, "egraph", None) is not None:
+            state.egraph = None
 
 
 def _rest(params: dict[str, Any], *structural: str) -> dict[str, Any]:
@@ -168,6 +184,14 @@ def _opaque_extra(eqn: dict[str, Any], table: ParamsTable, literals: list | None
     return table.intern(entry)
 
 
+def _merge_keys(eqn: dict[str, Any]) -> list[tuple[tuple[str, str, str], Any]]:
+    """((group, shared operand, dims), other operand) for each way a merge candidate may share."""
+    lhs, rhs = eqn["in"]
+    dims = json.dumps([eqn["op"], eqn["params"].get("dimension_numbers")])
+    return [((group, shared, dims), other) for group, shared, other in (("input", lhs, rhs), ("weight", rhs, lhs))
+            if isinstance(shared, str)]
+
+
 def ingest(program: dict[str, Any]) -> LoadedProgram:
     """Load a (type-checked) wire program into a fresh e-graph."""
     egraph, table = EGraph(), ParamsTable()
@@ -195,18 +219,20 @@ def ingest(program: dict[str, Any]) -> LoadedProgram:
     # unless one's other operand might depend on an earlier candidate (its topological level is
     # higher than that candidate's), as in an RNN's recurrent h@W_h: merging those would make a
     # cycle. Such a matmul starts a new run, one slot apart, so runs never look adjacent. A matmul
-    # whose other operand is already a concatenation is a merge result, not a candidate.
+    # whose other operand is already a concatenation is a merge result, not a candidate; one whose
+    # operand no other candidate shares has nothing to merge with and gets no slot (a chain's
+    # matmuls: four analysis facts each saved).
     levels: dict[str, int] = {}
     concatenated: set[str] = set()
     runs: dict[tuple, list[int]] = {}  # (group, shared operand, dims) -> [next slot, lowest level in run]
+    is_candidate = lambda eqn: eqn["op"] == "dot_general" and len(eqn["in"]) == 2 or _ungrouped_conv(eqn)
+    sharing = Counter(key for eqn in program["eqns"] if is_candidate(eqn) for key, _ in _merge_keys(eqn))
 
     def number_merge_candidates(eqn: dict[str, Any], level: int) -> None:
-        lhs, rhs = eqn["in"]
-        dims = json.dumps([eqn["op"], eqn["params"].get("dimension_numbers")])
-        for group, shared, other in (("input", lhs, rhs), ("weight", rhs, lhs)):
-            if not isinstance(shared, str) or other in concatenated:
+        for key, other in _merge_keys(eqn):
+            if sharing[key] < 2 or other in concatenated:
                 continue
-            run = runs.setdefault((group, shared, dims), [0, level])
+            run = runs.setdefault(key, [0, level])
             if isinstance(other, str) and levels.get(other, 0) >= run[1]:
                 run[0] += 1  # leave a gap: a new run
                 run[1] = level
@@ -214,7 +240,7 @@ def ingest(program: dict[str, Any]) -> LoadedProgram:
             run[0] += 1
             run[1] = min(run[1], level)
             ref = env[eqn["out"][0]["name"]]
-            analyses.extend([set_(slot_lo(group, ref)).to(slot), set_(slot_hi(group, ref)).to(slot)])
+            analyses.extend([set_(slot_lo(key[0], ref)).to(slot), set_(slot_hi(key[0], ref)).to(slot)])
 
     for i, spec in enumerate([*program["inputs"], *program.get("consts", [])]):
         bind(spec["name"], Term.var(i), spec, f"x{i}")
@@ -228,7 +254,7 @@ def ingest(program: dict[str, Any]) -> LoadedProgram:
         for k, (term, spec) in enumerate(zip(terms, eqn["out"])):
             bind(spec["name"], term, spec, f"e{i}_{k}")
             levels[spec["name"]] = level
-        if eqn["op"] == "dot_general" and len(ins) == 2 or _ungrouped_conv(eqn):
+        if is_candidate(eqn):
             number_merge_candidates(eqn, level)
         elif eqn["op"] == "concatenate":
             concatenated.update(o["name"] for o in eqn["out"])

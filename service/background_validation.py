@@ -1,4 +1,5 @@
-"""Validation of the algebraic optimum in a background thread, overlapping the fusion stages.
+"""Validation beside the search, on threads of its own: the inputs are drawn while the e-graphs are
+built, and the algebraic optimum is validated while the fusion stages run.
 
 Fusion only regroups the algebraic optimum into kernels, so when value numbering finds the returned
 program the same computation, the algebraic optimum's validation is its validation, and XLA's
@@ -7,62 +8,118 @@ compiles and runs (which release the GIL) overlap the fusion search instead of f
 from __future__ import annotations
 
 import gc
+import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, Callable
 
 import jax
 
 from lowering.regions import find_regions
-from lowering.validate import validate
+from lowering.validate import InputDraws, validate
+
+
+class CollectionPause:
+    """Cyclic garbage collection off while any holder needs it off, then back as it was. egglog's
+    e-graphs may only be dropped on the thread that made them; a collection run by a validation
+    thread's allocations would try (and leak them), so none runs while such a thread is alive."""
+
+    def __init__(self) -> None:
+        self.lock, self.holds, self.was_enabled = threading.Lock(), 0, False
+
+    def hold(self) -> None:
+        with self.lock:
+            if self.holds == 0:
+                self.was_enabled = gc.isenabled()
+                gc.disable()
+            self.holds += 1
+
+    def release(self) -> None:
+        with self.lock:
+            self.holds -= 1
+            if self.holds == 0 and self.was_enabled:
+                gc.enable()
+
+
+COLLECTION = CollectionPause()  # process-wide, as the collector is: concurrent requests share it
+
+
+class Job:
+    """`fn(*args)` on a thread of its own, after `after` has finished, under the caller's
+    `jax_enable_x64` (JAX's config contexts are per thread). Collection is paused from the start
+    until `settle` finds the thread gone: released by the caller's thread, never by the job's."""
+
+    def __init__(self, fn: Callable[..., Any], *args: Any, after: Job | None = None):
+        x64 = bool(jax.config.jax_enable_x64)
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.paused = True
+        COLLECTION.hold()
+
+        def run() -> None:
+            if after is not None:
+                after.thread.join()
+            try:
+                with jax.enable_x64(x64):
+                    self.value = fn(*args)
+            except BaseException as err:  # handed to whoever asks for the result
+                self.error = err
+        self.thread = threading.Thread(target=run, name="optu-validate", daemon=True)
+        self.thread.start()
+
+    def settle(self, wait: bool = False) -> None:
+        if wait:
+            self.thread.join()
+        if self.paused and not self.thread.is_alive():
+            self.paused = False
+            COLLECTION.release()
+
+    def result(self) -> Any:
+        self.settle(wait=True)
+        if self.error is not None:
+            raise self.error
+        return self.value
 
 
 class BackgroundValidation:
-    """`start(algebraic)` validates it against `original` in a thread; `result_for(candidate)` is
-    that verdict when the candidate computes the same, else the candidate's own validation. A
-    context manager: leaving waits for the thread."""
+    """Entering draws the validation inputs of `original` in the background; `start(algebraic)` then
+    validates the algebraic optimum there, and `result_for(candidate)` is that verdict when the
+    candidate computes the same, else the candidate's own validation. Leaving waits for both."""
 
     def __init__(self, original: dict[str, Any], fp_mode: str, timings: dict[str, float]):
         self.original, self.fp_mode, self.timings = original, fp_mode, timings
         self.algebraic: dict[str, Any] | None = None
-        self.future: Future | None = None
-        self.gc_was_enabled = False
+        self.draws = InputDraws()
+        self.jobs: list[Job] = []
 
     def __enter__(self) -> BackgroundValidation:
+        self.jobs.append(Job(self.draws.fill, self.original))
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._wait()
+        self.settle(wait=True)
+
+    def settle(self, wait: bool = False) -> None:
+        """Hand back the collection pause of every finished job (all of them, waiting, with `wait`).
+        Call it from the searching thread between stages, so collection is paused no longer than needed."""
+        for job in self.jobs:
+            job.settle(wait)
 
     def start(self, algebraic: dict[str, Any]) -> None:
+        self.settle()
         self.algebraic = algebraic
-        x64 = bool(jax.config.jax_enable_x64)  # JAX's config contexts are per thread: carry the caller's
-        # egglog's e-graphs may only be dropped on the thread that made them; a cycle collection run
-        # by this thread's allocations would try (and leak them), so collection waits until it is done
-        self.gc_was_enabled = gc.isenabled()
-        gc.disable()
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="optu-validate")
-        self.future = pool.submit(self._run, x64)
-        pool.shutdown(wait=False)  # the thread runs on; the pool takes no more work
+        self.jobs.append(Job(self._validate_algebraic, after=self.jobs[-1]))
 
-    def _run(self, x64: bool) -> dict[str, Any]:
-        start = time.perf_counter()
+    def _validate_algebraic(self) -> dict[str, Any]:
+        begin = time.perf_counter()
         try:
-            with jax.enable_x64(x64):
-                return validate(self.original, self.algebraic, self.fp_mode)
+            return validate(self.original, self.algebraic, self.fp_mode, draws=self.draws)
         finally:  # reported apart: it ran beside the fusion stages
-            self.timings["validate_background"] = round(time.perf_counter() - start, 6)
+            self.timings["validate_background"] = round(time.perf_counter() - begin, 6)
 
     def result_for(self, candidate: dict[str, Any]) -> dict[str, Any]:
-        plan = find_regions(self.algebraic, candidate) if self.future is not None else None
+        started = self.algebraic is not None
+        plan = find_regions(self.algebraic, candidate) if started else None
         if plan is not None and not plan.regions:
-            return self.future.result()
-        self._wait()  # one validation at a time: they share the cores
-        return validate(self.original, candidate, self.fp_mode)
-
-    def _wait(self) -> None:
-        if self.future is not None:
-            self.future.exception()
-            if self.gc_was_enabled:
-                gc.enable()
-            self.gc_was_enabled = False
+            return self.jobs[-1].result()
+        self.settle(wait=True)  # one validation at a time: they share the cores
+        return validate(self.original, candidate, self.fp_mode, draws=self.draws)

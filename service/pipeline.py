@@ -61,7 +61,7 @@ def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | N
     overlap = options.validate_result and pieces is None  # a piecewise search has no early algebraic optimum
     with BackgroundValidation(program, options.fp_mode, timings) if overlap else nullcontext() as early:
         if pieces is None:
-            found = search(nested, profile, options, timings, early.start if early else None)
+            found = search(nested, profile, options, timings, early)
         else:  # an encoder's layers: each kind of piece searched once, in a share of the time limit
             share = budget(options).time_limit_s / len({p.signature for p in pieces})
             piece_options = options.model_copy(update={"time_limit_s": share})

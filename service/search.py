@@ -6,8 +6,8 @@ the response belong to the pipeline (service/pipeline.py), which may search a pr
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -24,6 +24,7 @@ from rewrites.chain_order import seed_chain_orders
 from rewrites.ingest import LoadedProgram, ingest
 from rewrites.kernel_seeds import KernelSeed, seed_kernels
 from rewrites.schedule import FUSION_ONLY, NO_RULES, SCHEDULES, Budget, SaturationReport, saturate
+from service.background_validation import BackgroundValidation
 from service.options import OptimizeOptions
 from service.settings import get_settings
 
@@ -95,25 +96,33 @@ def static_classes(view: EGraphView, program: dict, precompute_weights: bool = T
 
 
 def search(program: dict[str, Any], profile: HardwareProfile, options: OptimizeOptions,
-           timings: dict[str, float], on_algebra: Callable[[dict[str, Any]], None] | None = None) -> Search:
+           timings: dict[str, float], validation: BackgroundValidation | None = None) -> Search:
     """Search one (type-checked, control-flow-optimized) program; stage times add to `timings`.
-    `on_algebra` gets the algebraic optimum as soon as it is known (fusion only regroups it)."""
+    `validation` gets the algebraic optimum as soon as it is known (fusion only regroups it)."""
+    with ExitStack() as egraphs:  # each dropped on this thread when the search ends (LoadedProgram.close)
+        return _search(program, profile, options, timings, validation, egraphs)
+
+
+def _search(program: dict[str, Any], profile: HardwareProfile, options: OptimizeOptions, timings: dict[str, float],
+            validation: BackgroundValidation | None, egraphs: ExitStack) -> Search:
     with stage(timings, "ingest"):
-        loaded = ingest(program)
+        loaded = egraphs.enter_context(ingest(program))
     with stage(timings, "saturate"):
         if options.rules and options.fp_mode == "real":  # matmul associativity: real arithmetic only
             seed_chain_orders(loaded, partial(gemm_kernel_time, profile),
                               static_names(program, profile.kernel.precompute_weights))
         saturation = saturate(loaded.egraph, SCHEDULES[options.fp_mode] if options.rules else NO_RULES,
                               budget(options))
+    if validation is not None:
+        validation.settle()  # the inputs are drawn by now: collection need not wait through extraction
     with stage(timings, "extract"):
         view, algebra = _extract_stage(loaded, profile, program, options, fusion_proxy=True)
         untrimmed = emit_program(view, algebra.choice, loaded.params, program).program
         algebraic = without_unused_consts(untrimmed)  # eqn indices are unchanged
-    if on_algebra is not None:
-        on_algebra(algebraic)
+    if validation is not None:
+        validation.start(algebraic)
     with stage(timings, "fuse"):
-        fused = ingest(untrimmed)  # all consts kept: var indices mean the same as in `program`
+        fused = egraphs.enter_context(ingest(untrimmed))  # all consts kept: var indices mean the same as in `program`
         fusion = saturate(fused.egraph, FUSION_ONLY if options.rules else NO_RULES, budget(options))
         # the conventional kernels, and the same with sibling fusion: both seeded, both warm starts
         policies = [build_kernel_program(algebraic, profile, fuse=True, siblings=s) for s in (False, True)]

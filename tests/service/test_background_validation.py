@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import gc
 import json
+import threading
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from service.background_validation import BackgroundValidation
+from lowering.validate import TRIALS
+from service.background_validation import BackgroundValidation, CollectionPause, Job
 from service.capture import capture
 from service.pipeline import optimize
 
@@ -31,13 +33,44 @@ def _renamed(program):
 
 def test_a_candidate_computing_the_same_gets_the_background_verdict():
     program, timings = _program(), {}
-    gc.enable()  # (another test's server thread may hold a window of its own; this one owns it now)
     with BackgroundValidation(program, "real", timings) as early:
         early.start(program)
-        assert not gc.isenabled() and early.gc_was_enabled  # no cycle collection on the validation thread
         verdict = early.result_for(_renamed(program))
     assert verdict["status"] == "passed" and "validate_background" in timings
-    assert not early.gc_was_enabled  # the window is closed: collection was handed back
+    assert not any(job.paused for job in early.jobs)  # every job's thread is gone and its pause handed back
+
+
+def test_no_cycle_collection_while_a_job_thread_runs():
+    gate = threading.Event()
+    job = Job(lambda: (gate.wait(10), gc.isenabled())[1])
+    job.settle()  # still running: the pause stays
+    assert job.paused
+    gate.set()
+    assert job.result() is False and not job.paused
+
+
+def test_the_inputs_are_drawn_ahead_and_shared_by_the_validation():
+    program = _program()
+    with BackgroundValidation(program, "real", {}) as early:
+        early.settle(wait=True)
+        drawn = dict(early.draws.arrays)
+        assert {(seed, name) for seed, name, *_ in drawn} == {(s, i["name"]) for s in range(TRIALS) for i in program["inputs"]}
+        early.start(program)
+        early.result_for(program)
+    assert all(early.draws.arrays[key] is array for key, array in drawn.items())  # used, not drawn again
+
+
+def test_collection_comes_back_only_when_the_last_holder_releases():
+    pause, was_enabled = CollectionPause(), gc.isenabled()
+    try:
+        gc.enable()
+        pause.hold(), pause.hold()
+        pause.release()
+        assert not gc.isenabled()
+        pause.release()
+        assert gc.isenabled()
+    finally:
+        (gc.enable if was_enabled else gc.disable)()
 
 
 def test_a_different_candidate_is_validated_on_its_own():

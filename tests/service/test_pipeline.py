@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 import copy
+import gc
+import sys
+import threading
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -122,3 +126,21 @@ def test_a_program_with_no_outputs_is_optimized_to_nothing():
     program["outputs"] = []
     response = optimize(program)
     assert response["program"]["eqns"] == [] and response["validation"]["status"] == "passed"
+
+
+def test_a_search_on_another_thread_leaves_no_egraph_for_this_thread_to_drop():
+    """egglog's Rust e-graph may only be dropped on the thread that made it (a server's request
+    threads); the search drops its e-graphs itself, so a later collection here finds none."""
+    program = capture(lambda x, w: jnp.tanh(x @ w) @ w, np.ones((4, 8), np.float32), np.ones((8, 8), np.float32))
+    dropped_elsewhere, hook, collecting = [], sys.unraisablehook, gc.isenabled()
+    sys.unraisablehook = lambda report: dropped_elsewhere.append(str(report.exc_value))
+    gc.disable()  # whatever the search left in reference cycles is collected here, not on its thread
+    try:
+        worker = threading.Thread(target=optimize, args=(program,))
+        worker.start()
+        worker.join()
+        gc.collect()
+    finally:
+        sys.unraisablehook = hook
+        (gc.enable if collecting else gc.disable)()
+    assert not [m for m in dropped_elsewhere if "unsendable" in m]
