@@ -20,9 +20,12 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import jax
+import numpy as np
 
 from bench.models.registry import MODELS, build
 from bench.report import RESULTS_DIR, fmt_ratio, fmt_time, geomean, machine, machine_line, publish
+from costmodel.profile import load_profile
+from lowering.kernels import gemm_flops
 from lowering.to_jax import program_to_callable
 from lowering.validate import output_error
 from service.capture import capture
@@ -83,7 +86,16 @@ def _hoisted(program: dict[str, Any], flat: list[Any]) -> tuple[Callable, list[A
     return jax.jit(program_to_callable(per_call)), [*flat, *ahead]
 
 
-def speed_model(name: str, budget_s: float = 2.0) -> dict[str, Any]:
+def peak_gemm_rate(size: int = 1024, reps: int = 10) -> float:
+    """This CPU's matmul rate under jax.jit (flop/s, median of `reps` square products): what no
+    program's contractions can beat, whatever order or grouping the optimizer picks."""
+    a = jax.device_put(np.random.default_rng(0).standard_normal((size, size), dtype=np.float32))
+    product = jax.jit(lambda x, y: x @ y)
+    _timed(product, (a, a))
+    return 2.0 * size**3 / statistics.median(_timed(product, (a, a)) for _ in range(reps))
+
+
+def speed_model(name: str, budget_s: float = 2.0, peak_flops_per_s: float | None = None) -> dict[str, Any]:
     fn, args, weights = build(name)
     program = capture(fn, *args, weight_argnums=weights)
     start = time.perf_counter()
@@ -98,7 +110,13 @@ def speed_model(name: str, budget_s: float = 2.0) -> dict[str, Any]:
     ratio = stats["first"]["median_s"] / stats["second"]["median_s"]
     (orig_fn, orig_args), (opt_fn, opt_args) = _hoisted(program, flat), _hoisted(response["program"], flat)
     hoisted = interleaved_medians(lambda *_: orig_fn(*orig_args), lambda *_: opt_fn(*opt_args), (), budget_s)
-    est = response["estimate"]
+    est, profile = response["estimate"], load_profile(HARDWARE)
+    flops = {"original": gemm_flops(program, profile), "optimized": gemm_flops(response["program"], profile)}
+    # Were the optimized program's contractions free of every other cost and run at the peak rate:
+    # the most any program with its contractions could gain. Where it is small, the contractions
+    # themselves (which no exact rewrite removes) already take most of the original's time.
+    ceiling = stats["first"]["median_s"] * peak_flops_per_s / flops["optimized"] \
+        if peak_flops_per_s and flops["optimized"] else None
     return {"model": name, "same_program": response["program"] == program, "optimize_wall_s": optimize_s,
             "validation": response["validation"]["status"], "max_rel_error_example_inputs": agreement,
             "original": stats["first"], "optimized": stats["second"], "reps": stats["reps"],
@@ -107,23 +125,29 @@ def speed_model(name: str, budget_s: float = 2.0) -> dict[str, Any]:
             "hoisted": {"original": hoisted["first"], "optimized": hoisted["second"], "reps": hoisted["reps"],
                         "speedup_measured": hoisted["first"]["median_s"] / hoisted["second"]["median_s"]},
             "estimate": {"baseline_s": est["baseline"]["time_s"], "optimized_s": est["optimized"]["time_s"],
-                         "speedup": est["speedup_vs_baseline"]}}
+                         "speedup": est["speedup_vs_baseline"]},
+            "gemm_flops": flops, "compute_ceiling": ceiling}
 
 
-def speed_safely(name: str, budget_s: float) -> dict[str, Any]:
+def speed_safely(name: str, budget_s: float, peak_flops_per_s: float) -> dict[str, Any]:
     try:
-        return speed_model(name, budget_s)
+        return speed_model(name, budget_s, peak_flops_per_s)
     except Exception as err:  # noqa: BLE001 - reported, the other models still run
         return {"model": name, "error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
 
 
-def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def summarize(rows: list[dict[str, Any]], peak_flops_per_s: float) -> dict[str, Any]:
     ok = [r for r in rows if "error" not in r]
-    return {"models": len(rows), "errors": len(rows) - len(ok),
+    return {"models": len(rows), "errors": len(rows) - len(ok), "peak_gemm_flops_per_s": peak_flops_per_s,
             "geomean_speedup_measured": geomean(r["speedup_measured"] for r in ok),
             "geomean_speedup_hoisted": geomean(r["hoisted"]["speedup_measured"] for r in ok),
             "slower_beyond_noise": [r["model"] for r in ok if r["slower_beyond_noise"]],
             "unchanged": [r["model"] for r in ok if r["same_program"]]}
+
+
+def _flop(count: float) -> str:
+    return next(f"{count / scale:.3g} {unit}" for scale, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k"), (1, ""))
+                if count >= scale or scale == 1)
 
 
 def table(rows: list[dict[str, Any]], meta: dict[str, Any], summary: dict[str, Any]) -> str:
@@ -134,18 +158,25 @@ def table(rows: list[dict[str, Any]], meta: dict[str, Any], summary: dict[str, A
              f"({fmt_ratio(summary['geomean_speedup_hoisted'])} with weight-only work hoisted); slower than "
              f"the original beyond {NOISE}x noise: {', '.join(summary['slower_beyond_noise']) or 'none'}; "
              f"returned unchanged: {', '.join(summary['unchanged']) or 'none'}.", "",
+             f"`GEMM flop`: the contractions' work, original → optimized (reordering a chain changes it; "
+             f"merging or fusing does not). `ceiling`: original time over the optimized contractions at this "
+             f"CPU's peak matmul rate ({summary['peak_gemm_flops_per_s'] / 1e9:.0f} GFLOP/s, a 1024^3 product): "
+             f"the most any program doing that work could gain, with everything else free.", "",
              "| model | original (median, p25-p75) | optimized (median, p25-p75) | measured | hoisted "
-             "| estimated (cpu-host) | runs | validation |", "|---|---:|---:|---:|---:|---:|---:|---|"]
+             "| estimated (cpu-host) | GEMM flop | ceiling | runs | validation |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['model']} | error: {r['error'][:80]} | | | | | | |")
+            lines.append(f"| {r['model']} | error: {r['error'][:80]} | | | | | | | | |")
             continue
         o, p = r["original"], r["optimized"]
         lines.append(f"| {r['model']}{' (unchanged)' if r['same_program'] else ''} | {fmt_time(o['median_s'])} "
                      f"({fmt_time(o['p25_s'])}-{fmt_time(o['p75_s'])}) | {fmt_time(p['median_s'])} "
                      f"({fmt_time(p['p25_s'])}-{fmt_time(p['p75_s'])}) | **{fmt_ratio(r['speedup_measured'])}** | "
                      f"{fmt_ratio(r['hoisted']['speedup_measured'])} | "
-                     f"{fmt_ratio(r['estimate']['speedup'])} | {r['reps']} | {r['validation']} |")
+                     f"{fmt_ratio(r['estimate']['speedup'])} | {_flop(r['gemm_flops']['original'])} → "
+                     f"{_flop(r['gemm_flops']['optimized'])} | "
+                     f"{fmt_ratio(r['compute_ceiling']) if r['compute_ceiling'] else 'n/a'} | {r['reps']} | {r['validation']} |")
     return "\n".join(lines)
 
 
@@ -162,12 +193,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.measurement_settings:
         from costmodel.calibrate import apply_measurement_settings
         apply_measurement_settings()  # before the first computation creates the CPU client
-    rows = []
+    rows, peak = [], peak_gemm_rate()
     for name in args.models:
-        rows.append(speed_safely(name, args.budget))
+        rows.append(speed_safely(name, args.budget, peak))
         r = rows[-1]
         print(f"{name}: " + (r["error"] if "error" in r else f"{r['speedup_measured']:.2f}x measured"), flush=True)
-    meta, summary = machine(), summarize(rows)
+    meta, summary = machine(), summarize(rows, peak)
     publish(args.out, {"hardware": HARDWARE, "machine": meta, "measurement_settings": args.measurement_settings,
                        "summary": summary, "models": rows}, table(rows, meta, summary), "cpu_speed", not args.no_readme)
     return {"summary": summary, "models": rows}

@@ -30,6 +30,7 @@ from costmodel.profile import PROFILES_DIR, _load_named, load_profile
 MEASUREMENT_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false"
 # The CPU is modelled as one "core" whose stationary tile is TILE x TILE: a matmul smaller than a
 # tile costs a whole tile, like a cache-blocked CPU GEMM whose micro-kernel pads small operands.
+MIN_SPEEDUP = 1.05  # see the line it writes into the profile
 TILE = 16
 MATMUL_SIZES = (128, 512)  # square fp32: the slope between them is the sustained GEMM rate
 L2_ELEMENTS = (1 << 14, 1 << 16)  # two fp32 adds whose three arrays stay in a 1 MiB L2
@@ -267,6 +268,8 @@ def write_cpu_host_profile(measured: dict[str, Any], path: str | Path = PROFILES
         'name = "cpu-host"',
         (f'description = "This host measured by optu calibrate on {measured["date"]}: '
          f'{m["flops_per_s"] / 1e9:.1f} GFLOP/s matmul, {mem["hbm_bw_bytes_per_s"] / 1e9:.1f} GB/s DRAM"'),
+        (f"min_speedup = {MIN_SPEEDUP}  # judgement: kernel estimates run 0.75-1.06x of measured (bench/calibration.py "
+         "p10-p90), so a smaller estimated gain may be a loss; the original is returned instead"),
         "",
         "[gemm]",
         f"rows = {TILE}  # assumption: 16-wide register/cache block of N (see the mapping above)",

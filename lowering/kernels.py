@@ -239,13 +239,19 @@ def _buffer(name: str, aval: Aval, role: str, level: str) -> dict[str, Any]:
     return {"name": name, "shape": list(aval[0]), "dtype": aval[1], "role": role, "level": level}
 
 
+def gemm_flops(program: dict[str, Any], profile: HardwareProfile) -> float:
+    """Floating-point operations of the program's contractions (matmuls and convolutions)."""
+    avals = avals_of(program)
+    return sum(eqn_cost(profile, e, avals).flops for e in program["eqns"]
+               if e["op"] in ("dot_general", "conv_general_dilated"))
+
+
 def lower_bound(programs: list[dict[str, Any]], profile: HardwareProfile) -> Estimate:
     """Hardware floor: the least GEMM work among equivalent programs at the optical cores' peak
     rate, overlapped with reading each per-call input and writing each output once."""
     g = profile.gemm
     peak = 2.0 * g.rows * g.cols * g.clock_hz * g.cores
-    flops = min(sum(eqn_cost(profile, e, avals_of(p)).flops for e in p["eqns"]
-                    if e["op"] in ("dot_general", "conv_general_dilated")) for p in programs)
+    flops = min(gemm_flops(p, profile) for p in programs)
     program, avals = programs[0], avals_of(programs[0])
     static = static_names(program, profile.kernel.precompute_weights)
     moved = sum(nbytes(avals[i["name"]]) for i in program["inputs"] if i["name"] not in static)

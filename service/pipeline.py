@@ -86,6 +86,10 @@ def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | N
             if lowered.total.time_s > baseline.total.time_s:
                 notes.append("optimized estimate was slower than the baseline; returning the original program")
                 candidate, lowered = program, baseline
+            elif candidate is not program and baseline.total.time_s < profile.min_speedup * lowered.total.time_s:
+                notes.append(f"estimated speedup {baseline.total.time_s / lowered.total.time_s:.3f}x is below the "
+                             f"profile's min_speedup {profile.min_speedup}; returning the original program")
+                candidate, lowered = program, baseline
         with stage(timings, "validate"):
             if not options.validate_result:
                 validation = {"status": "skipped", "max_rel_error": None, "trials": 0}

@@ -75,6 +75,10 @@ def test_cpu_speed_benchmark_measures_both_programs_interleaved(tmp_path):
     assert row["speedup_measured"] == row["original"]["median_s"] / row["optimized"]["median_s"]
     assert row["hoisted"]["speedup_measured"] > 0 and row["hoisted"]["reps"] >= 5
     assert row["validation"] == "passed" and row["max_rel_error_example_inputs"] < 1e-4
+    mlp2_flops = 2 * 32 * (128 * 256 + 256 * 10)  # x @ w1 and h @ w2: fusion changes neither
+    assert row["gemm_flops"] == {"original": mlp2_flops, "optimized": mlp2_flops}
+    peak = result["summary"]["peak_gemm_flops_per_s"]
+    assert row["compute_ceiling"] == row["original"]["median_s"] * peak / row["gemm_flops"]["optimized"]
     assert json.loads(out.read_text())["hardware"] == "cpu-host"
 
 

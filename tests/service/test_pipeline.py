@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
+from costmodel.profile import load_profile, with_overrides
 from lowering.to_jax import program_to_callable
 from service.capture import capture
 from service.pipeline import optimize
@@ -144,3 +145,17 @@ def test_a_search_on_another_thread_leaves_no_egraph_for_this_thread_to_drop():
         sys.unraisablehook = hook
         (gc.enable if collecting else gc.disable)()
     assert not [m for m in dropped_elsewhere if "unsendable" in m]
+
+
+def test_a_gain_below_the_profiles_min_speedup_returns_the_original():
+    fn, args = ZOO["mlp2"]()
+    program = capture(fn, *args, weight_argnums=WEIGHT_ARGNUMS["mlp2"])
+    gained = optimize(copy.deepcopy(program), "optu-v1")
+    speedup = gained["estimate"]["speedup_vs_baseline"]
+    assert gained["program"] != program and speedup > 1.05
+    optu = load_profile("optu-v1")
+    demanding = optimize(copy.deepcopy(program), with_overrides(optu, {"min_speedup": speedup * 1.01}))
+    assert demanding["program"] == program and demanding["estimate"]["speedup_vs_baseline"] == 1.0
+    assert any("min_speedup" in note for note in demanding["report"]["notes"])
+    enough = optimize(copy.deepcopy(program), with_overrides(optu, {"min_speedup": speedup * 0.99}))
+    assert enough["program"] == gained["program"]
