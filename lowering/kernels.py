@@ -240,10 +240,21 @@ def _buffer(name: str, aval: Aval, role: str, level: str) -> dict[str, Any]:
 
 
 def gemm_flops(program: dict[str, Any], profile: HardwareProfile) -> float:
-    """Floating-point operations of the program's contractions (matmuls and convolutions)."""
-    avals = avals_of(program)
-    return sum(eqn_cost(profile, e, avals).flops for e in program["eqns"]
-               if e["op"] in ("dot_general", "conv_general_dilated"))
+    """Floating-point operations of the program's contractions (matmuls and convolutions), loop
+    bodies included: a scan's times its length, a cond's dearest branch, a while's one trip (its
+    trip count is data: a lower bound, as the cost model prices it)."""
+    avals, total = avals_of(program), 0.0
+    for eqn in program["eqns"]:
+        op, params = eqn["op"], eqn.get("params") or {}
+        if op in ("dot_general", "conv_general_dilated"):
+            total += eqn_cost(profile, eqn, avals).flops
+        elif op == "scan":
+            total += int(params["length"]) * gemm_flops(params["jaxpr"]["program"], profile)
+        elif op == "cond":
+            total += max(gemm_flops(b["program"], profile) for b in params["branches"])
+        elif op == "while":
+            total += sum(gemm_flops(params[k]["program"], profile) for k in ("cond_jaxpr", "body_jaxpr"))
+    return total
 
 
 def lower_bound(programs: list[dict[str, Any]], profile: HardwareProfile) -> Estimate:
