@@ -129,6 +129,11 @@ def _greedy_choice(view: EGraphView, node_cost: dict[str, float], banned: set[st
         _, _, node = heapq.heappop(queue)
         if any(c not in best for c in node.children):
             continue
+        # The node's DAG cost is at least its own plus its dearest child's (costs are >= 0):
+        # when that cannot beat the class's best, skip merging the children's cost maps.
+        if node.eclass in best and best[node.eclass][0] <= node_cost[node.id] + max(
+                (best[c][0] for c in node.children), default=0.0):
+            continue
         costs: dict[str, float] = {}
         for child in node.children:
             costs.update(best[child][1])

@@ -111,6 +111,9 @@ class NodeCoster:
         self.fusion_proxy = fusion_proxy  # price vector ops as fused epilogues: compute only
         self.reads = read_bytes(view)
         self.body_costs: dict[BodyNode, OpCost] = {}  # body ops are shared by many kernel nodes
+        # A plain node's estimate depends only on what `_plain_estimate` reads; an e-graph holds
+        # many nodes alike (an 80-matmul chain's orders: 75k nodes, a few thousand distinct).
+        self.plain_estimates: dict[tuple, Estimate] = {}
 
     def aval(self, cid: str) -> Aval:
         cls = self.view.classes[cid]
@@ -146,6 +149,13 @@ class NodeCoster:
             write += sum(class_bytes(self.view.classes[b.eclass]) for b in written)
             reads = sum(self.reads[c] for c in node.children)
             return fused_estimate(self.profile, parts, reads, write, inside, len(node.children), 1 + len(written))
+        key = (node.op, node.attrs, self.aval(node.eclass), tuple((self.aval(c), self.reads[c]) for c in node.children))
+        if key not in self.plain_estimates:
+            self.plain_estimates[key] = self._plain_estimate(node)
+        return self.plain_estimates[key]
+
+    def _plain_estimate(self, node: ENode) -> Estimate:
+        write = class_bytes(self.view.classes[node.eclass])
         op, cost = self.op_cost(node, node.children)
         if op in VIEW_OPS:
             return Estimate(0.0, 0.0, 0, 0.0, "vector")  # a view: its readers read its source
