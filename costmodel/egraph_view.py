@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 from egglog import EGraph
 
@@ -113,16 +114,19 @@ def view_egraph(egraph: EGraph) -> EGraphView:
     data = json.loads(egraph._serialize(split_primitive_outputs=False).to_json())
     nodes, class_types = data["nodes"], {k: v["type"] for k, v in data["class_data"].items()}
 
-    def is_term_class(cid: str) -> bool:
-        return class_types[cid].endswith(".Term") and "Vec[" not in class_types[cid]
+    term_classes = {cid for cid, t in class_types.items() if t.endswith(".Term") and "Vec[" not in t}
+    is_term_class = term_classes.__contains__
+
+    values: dict[str, Any] = {}  # every dot of an e-graph reads the same few Vec literals
 
     def value(node_id: str):
         """A primitive argument: scalar, or a tuple for a Vec[i64]."""
-        node = nodes[node_id]
-        type_name = class_types[node["eclass"]]
-        if type_name.startswith("egglog.builtins.Vec"):
-            return tuple(value(c) for c in node["children"])
-        return _primitive(node["op"], type_name.rsplit(".", 1)[-1])
+        if node_id not in values:
+            node = nodes[node_id]
+            type_name = class_types[node["eclass"]]
+            values[node_id] = tuple(value(c) for c in node["children"]) if type_name.startswith("egglog.builtins.Vec") \
+                else _primitive(node["op"], type_name.rsplit(".", 1)[-1])
+        return values[node_id]
 
     bodies: dict[str, BodyNode] = {}  # one node per Body class: bodies are never rewritten
 
