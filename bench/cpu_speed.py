@@ -4,10 +4,10 @@ Each model is optimized for the `cpu-host` profile; the original and the optimiz
 are jitted in the same process and fed the model's own example inputs. After warm-up (compile plus
 one run each), calls alternate original/optimized in ABBA order, so drift (other processes, CPU
 frequency) hits both alike; the ratio is median(original) / median(optimized), > 1 meaning the
-optimized program is faster. XLA is the baseline users already have. The optimizer's estimates
-treat weight-only work as precomputed once; nothing runs it apart when a program is simply
-jitted, so a second ratio ("hoisted") times both programs with their weight-only values computed
-ahead, which is what the estimate promises. Writes
+optimized program is faster. XLA is the baseline users already have. A plain jit recomputes
+weight-only work on every call; the client's `jit(weight_argnums=...)` runs it once per weight set
+(lowering/precompute.py), so a second ratio ("hoisted") times both programs with their weight-only
+values computed ahead. Writes
 bench/results/cpu_speed.json and the README table between `<!-- cpu_speed:begin/end -->`.
 """
 from __future__ import annotations
@@ -26,6 +26,7 @@ from bench.models.registry import MODELS, build
 from bench.report import RESULTS_DIR, fmt_ratio, fmt_time, geomean, machine, machine_line, publish
 from costmodel.profile import load_profile
 from lowering.kernels import gemm_flops
+from lowering.precompute import split_weight_work
 from lowering.to_jax import program_to_callable
 from lowering.validate import output_error
 from service.capture import capture
@@ -62,26 +63,8 @@ def interleaved_medians(first: Callable, second: Callable, args: Sequence[Any], 
             "second": spread(times[1])}
 
 
-def hoist_weight_work(program: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(precompute, per_call): `precompute` computes the weight-only values (`static_names`) that
-    the rest reads; `per_call` is the rest, taking them as extra inputs after the original ones."""
-    from lowering.kernels import static_names
-
-    static, inputs = static_names(program), {s["name"] for s in program["inputs"]}
-    is_static = lambda e: all(o["name"] in static for o in e["out"])
-    avals = {o["name"]: o for e in program["eqns"] for o in e["out"]}
-    rest = [e for e in program["eqns"] if not is_static(e)]
-    reads = [a for e in rest for a in e["in"] if isinstance(a, str)] + \
-        [o for o in program["outputs"] if isinstance(o, str)]
-    needed = list(dict.fromkeys(a for a in reads if a in avals and a in static and a not in inputs))
-    precompute = {**program, "eqns": [e for e in program["eqns"] if is_static(e)], "outputs": needed}
-    per_call = {**program, "eqns": rest, "inputs": [*program["inputs"], *(
-        {"name": n, "shape": avals[n]["shape"], "dtype": avals[n]["dtype"]} for n in needed)]}
-    return precompute, per_call
-
-
 def _hoisted(program: dict[str, Any], flat: list[Any]) -> tuple[Callable, list[Any]]:
-    precompute, per_call = hoist_weight_work(program)
+    precompute, per_call = split_weight_work(program)
     ahead = jax.block_until_ready(jax.jit(program_to_callable(precompute))(*flat)) if precompute["outputs"] else []
     return jax.jit(program_to_callable(per_call)), [*flat, *ahead]
 

@@ -12,6 +12,7 @@ from typing import Any, Callable, Hashable, Sequence
 import httpx
 import jax
 
+from lowering.precompute import PrecomputedProgram
 from lowering.to_jax import program_to_callable
 from service.api_models import (OptimizeResponse, count_equations, error_status,
                                 resolve_hardware)
@@ -33,10 +34,12 @@ class OptimizeError(RuntimeError):
 
 @dataclass
 class OptimizeResult:
-    """One optimization. The dict attributes are exactly the JSON response's fields."""
+    """One optimization. The dict attributes are exactly the JSON response's fields; `precomputed`
+    runs `fn`'s weight-only work (None when the program has none, or no weights)."""
 
     response: dict[str, Any]
     fn: Callable[..., Any] = field(repr=False)
+    precomputed: PrecomputedProgram | None = field(default=None, repr=False)
 
     @property
     def program(self) -> dict[str, Any]:
@@ -105,9 +108,12 @@ def _post(server: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
     return reply.json()
 
 
-def _build(program: dict[str, Any], in_tree: Any, out_tree: Any) -> Callable[..., Any]:
-    """A jitted callable over the pytree arguments `in_tree` describes, running `program`."""
-    run = program_to_callable(program)
+def _result(response: dict[str, Any], in_tree: Any, out_tree: Any) -> OptimizeResult:
+    """The response with a callable over the pytree arguments `in_tree` describes. Weight-only
+    work (weights are constant across calls) runs once per weight set, not on every call."""
+    program = response["program"]
+    precomputed = PrecomputedProgram.of(program)
+    run = precomputed or program_to_callable(program)
 
     def call(*args: Any) -> Any:
         leaves, tree = jax.tree_util.tree_flatten(args)
@@ -115,7 +121,8 @@ def _build(program: dict[str, Any], in_tree: Any, out_tree: Any) -> Callable[...
             raise TypeError(f"expected arguments structured as {in_tree}, got {tree}")
         return jax.tree_util.tree_unflatten(out_tree, run(*leaves))
 
-    return jax.jit(call)
+    # with a precomputed part the call stays Python, which is where the weight check runs
+    return OptimizeResult(response=response, fn=call if precomputed else jax.jit(call), precomputed=precomputed)
 
 
 def optimize(fn: Callable[..., Any], *args: Any, server: str | None = None,
@@ -126,7 +133,7 @@ def optimize(fn: Callable[..., Any], *args: Any, server: str | None = None,
     program, in_tree, out_tree = capture_with_trees(fn, *args, weight_argnums=weight_argnums)
     response = optimize_program(program, server=server, hardware=hardware, timeout=timeout,
                                 options=options)
-    return OptimizeResult(response=response, fn=_build(response["program"], in_tree, out_tree))
+    return _result(response, in_tree, out_tree)
 
 
 class OptimizedFunction:
@@ -214,7 +221,7 @@ def _optimize_split(traced: Callable[..., Any], dyn_args: tuple, dyn_kwargs: dic
         for spec in program["inputs"][starts[i]:starts[i] + sizes[i]]:
             spec["role"] = "weight"
     response = optimize_program(program, server=server, hardware=hardware, options=options)
-    return OptimizeResult(response=response, fn=_build(response["program"], in_tree, out_tree))
+    return _result(response, in_tree, out_tree)
 
 
 def jit(fn: Callable[..., Any] | None = None, *, server: str | None = None,

@@ -82,19 +82,6 @@ def test_cpu_speed_benchmark_measures_both_programs_interleaved(tmp_path):
     assert json.loads(out.read_text())["hardware"] == "cpu-host"
 
 
-def test_hoisting_moves_weight_only_work_out_of_the_per_call_program():
-    from bench.models.registry import capture_model
-    from lowering.to_jax import program_to_callable
-
-    program, args = capture_model("matmul_chain")
-    program["inputs"][0]["role"] = "weight"  # make the whole left part of the chain weight-only
-    precompute, per_call = cpu_speed.hoist_weight_work(program)
-    assert precompute["eqns"] and len(per_call["eqns"]) < len(program["eqns"])
-    ahead = program_to_callable(precompute)(*args)
-    direct, split = program_to_callable(program)(*args), program_to_callable(per_call)(*args, *ahead)
-    assert all(abs(a - b).max() <= 1e-3 * abs(a).max() for a, b in zip(direct, split))
-
-
 def test_readme_tables_are_replaced_between_markers_and_new_pairs_added(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text("# x\n<!-- bench:begin -->\nold\n<!-- bench:end -->\ntail\n")

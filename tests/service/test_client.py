@@ -112,6 +112,17 @@ def test_jit_takes_pytrees_and_static_args_and_optimizes_once_per_signature(serv
     assert f.last_result is first
 
 
+def test_jit_runs_weight_only_work_once_per_weight_set():
+    f = jit(lambda x, w1, w2: jnp.tanh(x @ (w1 @ w2)), weight_argnums=(1, 2))
+    x, w1, w2 = jnp.ones((4, 16)), jnp.full((16, 16), 0.1), jnp.full((16, 16), 0.2)
+    for _ in range(3):
+        assert_same_outputs(f(x, w1, w2), jnp.tanh(x @ (w1 @ w2)))
+    assert f.last_result.response["precompute_kernels"]  # optu-v1 prices w1 @ w2 once per weight set
+    assert f.last_result.precomputed.precompute_runs == 1
+    assert_same_outputs(f(x, w1, w2 * 2), jnp.tanh(x @ (w1 @ (w2 * 2))))
+    assert f.last_result.precomputed.precompute_runs == 2
+
+
 def test_jit_works_as_a_bare_decorator_in_process_with_static_argnames():
     @jit
     def scale(a, b):
