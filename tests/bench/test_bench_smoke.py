@@ -79,6 +79,8 @@ def test_cpu_speed_benchmark_measures_both_programs_interleaved(tmp_path):
     assert row["gemm_flops"] == {"original": mlp2_flops, "optimized": mlp2_flops}
     peak = result["summary"]["peak_gemm_flops_per_s"]
     assert row["compute_ceiling"] == row["original"]["median_s"] * peak / row["gemm_flops"]["optimized"]
+    client = result["summary"]["client_precompute"]  # the client ran the weight-only part once
+    assert client["precompute_runs"] == 1 and client["max_rel_error"] < 1e-4 and client["reps"] >= 5
     assert json.loads(out.read_text())["hardware"] == "cpu-host"
 
 
