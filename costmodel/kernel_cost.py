@@ -139,8 +139,8 @@ class NodeCoster:
         return self.estimate(node).time_s / shares + NODE_EPSILON_S * ops  # ties: fewer ops (hidden under HBM time)
 
     def estimate(self, node: ENode) -> Estimate:
-        write = class_bytes(self.view.classes[node.eclass])
         if node.op in KERNEL_OPS:
+            write = class_bytes(self.view.classes[node.eclass])
             ops = kernel_body_ops(node)
             written = set(node.attrs[1]) if node.op == "kernel_tee" else set()
             parts = [self.body_cost(b) for b in ops]
