@@ -129,7 +129,7 @@ def client_precompute(budget_s: float) -> dict[str, Any]:
     return {"workload": "relu(x @ (w + a @ b)), x 8x1024, w 1024x1024, a 1024x16, b 16x1024",
             "plain_jit": stats["first"], "client_jit": stats["second"], "reps": stats["reps"],
             "speedup_measured": stats["first"]["median_s"] / stats["second"]["median_s"],
-            "precompute_runs": ours.last_result.precomputed.precompute_runs,
+            "precompute_runs": ours.last_result.precomputed.precompute_runs if ours.last_result.precomputed else 0,
             "max_rel_error": output_error(plain(x, w, a, b), ours(x, w, a, b))}
 
 
