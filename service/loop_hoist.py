@@ -15,8 +15,7 @@ from typing import Any
 
 from costmodel.profile import HardwareProfile
 from lowering.kernels import avals_of, build_kernel_program
-
-PLAIN_MATMUL = [[[1], [0]], [[], []]]
+from rewrites.chain_order import PLAIN_MATMUL
 
 
 def hoist_scan_projections(program: dict[str, Any]) -> tuple[dict[str, Any], int]:

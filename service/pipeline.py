@@ -83,11 +83,10 @@ def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | N
                                  "seeded_kernels": found.seeded_kernels}
                 if greedy.total.time_s < lowered.total.time_s:
                     candidate, lowered, fusion_report["chosen"] = found.algebraic, greedy, "greedy"
-            if lowered.total.time_s > baseline.total.time_s:
-                notes.append("optimized estimate was slower than the baseline; returning the original program")
-                candidate, lowered = program, baseline
-            elif candidate is not program and baseline.total.time_s < profile.min_speedup * lowered.total.time_s:
-                notes.append(f"estimated speedup {baseline.total.time_s / lowered.total.time_s:.3f}x is below the "
+            if candidate is not program and baseline.total.time_s < profile.min_speedup * lowered.total.time_s:
+                notes.append("optimized estimate was slower than the baseline; returning the original program"
+                             if lowered.total.time_s > baseline.total.time_s else
+                             f"estimated speedup {baseline.total.time_s / lowered.total.time_s:.3f}x is below the "
                              f"profile's min_speedup {profile.min_speedup}; returning the original program")
                 candidate, lowered = program, baseline
         with stage(timings, "validate"):
