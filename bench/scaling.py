@@ -84,7 +84,7 @@ def chain_optimum(program: dict, hardware: str = "optu-v1") -> float | None:
     dynamic program. Fusing matmuls can only beat it, so an optimized estimate at or below it is
     optimal among unfused programs (and the chain leaves little else to fuse)."""
     from costmodel.profile import load_profile
-    from lowering.kernels import build_kernel_program
+    from lowering.kernels import NAIVE, build_kernel_program
 
     profile, eqns = load_profile(hardware), program["eqns"]
     if not eqns or any(e["op"] != "dot_general" for e in eqns):
@@ -99,7 +99,7 @@ def chain_optimum(program: dict, hardware: str = "optu-v1") -> float | None:
                           {"name": "b", "shape": [k, n], "dtype": dtype}],
                "eqns": [{"op": "dot_general", "in": ["a", "b"], "params": params,
                          "out": [{"name": "c", "shape": [m, n], "dtype": dtype}]}]}
-        return build_kernel_program(one, profile, fuse=False).total.time_s
+        return build_kernel_program(one, profile, NAIVE).total.time_s
 
     count = len(dims) - 1
     best = [[0.0] * count for _ in range(count)]

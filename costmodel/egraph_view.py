@@ -6,6 +6,7 @@ Extraction runs here rather than inside egglog, whose extractor does not survive
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -78,7 +79,12 @@ class EClass:
     shape: tuple[int, ...] = ()
     dtype: str = ""
     nodes: list[ENode] = field(default_factory=list)
-    origin: int | None = None  # index of the ingested equation this class came from, if any
+    origins: dict[int, int] = field(default_factory=dict)  # ingested program -> its first equation in the class
+
+    @property
+    def origin(self) -> int | None:
+        """The (first) equation of the ingested program this class came from, if any."""
+        return self.origins.get(0)
 
 
 @dataclass
@@ -97,6 +103,9 @@ class EGraphView:
         for node in nodes:
             classes.setdefault(node.eclass, EClass(node.eclass)).nodes.append(node)
         return cls(classes, roots)
+
+
+_EQUATION_LET = re.compile(r"\$(?:a(\d+))?e(\d+)_\d+")
 
 
 def _primitive(op: str, type_name: str):
@@ -191,8 +200,8 @@ def view_egraph(egraph: EGraph) -> EGraphView:
                 setattr(classes[cid], node["op"], value(value_nodes[node["eclass"]]))
         elif node["op"] == "output":
             roots[int(nodes[node["children"][0]]["op"])] = node["eclass"]
-    for cid, cls in classes.items():
-        let = data["class_data"][cid].get("let", "")
-        if let.startswith("$e"):  # ingest names equation lets e{index}_{output}
-            cls.origin = int(let[2:].split("_")[0])
+    for cid, cls in classes.items():  # ingest names equation lets e{index}_{output} (a{k}e... in alternative k)
+        for match in _EQUATION_LET.finditer(data["class_data"][cid].get("let", "")):
+            program, eqn = int(match[1] or 0), int(match[2])
+            cls.origins[program] = min(eqn, cls.origins.get(program, eqn))
     return EGraphView(classes, [roots[i] for i in range(len(roots))])

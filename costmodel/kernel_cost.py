@@ -13,6 +13,7 @@ folds them into their readers.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Literal
 
 from costmodel.egraph_view import BodyNode, EClass, EGraphView, ENode, kernel_body_ops
 from costmodel.formulas import Estimate, kernel_estimate
@@ -46,6 +47,17 @@ def gemm_kernel_time(profile: HardwareProfile, params: dict, dtype: str, m: int,
     ins, out = [((m, k), dtype), ((k, n), dtype)], ((m, n), dtype)
     gemm = op_cost(profile, "dot_general", params, ins, out)
     return fused_estimate(profile, [gemm], sum(nbytes(a) for a in ins), nbytes(out), 0, len(ins)).time_s
+
+
+def chained_time(profile: HardwareProfile, gemm: OpCost) -> float:
+    """A GEMM run back to back with others in one kernel: its compute and a share of the launch."""
+    return gemm.time_s + profile.kernel.launch_overhead_s / profile.kernel.max_gemms
+
+
+def gemm_chained_time(profile: HardwareProfile, params: dict, dtype: str, m: int, k: int, n: int) -> float:
+    """One (m x k) @ (k x n) product as one of a run of GEMMs in one kernel (the `chained` proxy)."""
+    return chained_time(profile, op_cost(profile, "dot_general", params, [((m, k), dtype), ((k, n), dtype)],
+                                         ((m, n), dtype)))
 
 
 def class_bytes(cls: EClass) -> int:
@@ -98,17 +110,23 @@ def tee_requirements(view: EGraphView) -> list[tuple[str, str]]:
             if n.op == "tee_out" and n.attrs[:2] in writers]
 
 
+Proxy = Literal["epilogues", "chained"]  # how the algebra stage anticipates the kernels (NodeCoster)
+
+
 class NodeCoster:
     """Per-node kernel time for extraction; weight-only work is free per call (precomputed).
 
-    The algebra stage has no kernel nodes yet; it prices with `fusion_proxy`: a vector op as an
-    epilogue fused into its producer (its compute only), which is what the fusion stage makes
-    possible, so the algebra is not biased against elementwise work."""
+    The algebra stage has no kernel nodes yet; it prices with a `proxy` for the kernels the
+    fusion stage can make. `epilogues`: a vector op is fused into its producer (its compute only),
+    so the algebra is not biased against elementwise work, and a GEMM is a kernel of its own.
+    `chained` (for profiles that run GEMMs back to back): a GEMM is one of a run in one kernel,
+    its operands and result on chip: its compute and a share of the launch. (Reads of program
+    inputs are left out: every order of the same products reads them, overlapped with compute.)"""
 
     def __init__(self, view: EGraphView, table: ParamsTable, profile: HardwareProfile, static: set[str],
-                 fusion_proxy: bool = False):
+                 proxy: Proxy | None = None):
         self.view, self.table, self.profile, self.static = view, table, profile, static
-        self.fusion_proxy = fusion_proxy  # price vector ops as fused epilogues: compute only
+        self.proxy = proxy
         self.reads = read_bytes(view)
         self.body_costs: dict[BodyNode, OpCost] = {}  # body ops are shared by many kernel nodes
         # A plain node's estimate depends only on what `_plain_estimate` reads; an e-graph holds
@@ -149,7 +167,8 @@ class NodeCoster:
             write += sum(class_bytes(self.view.classes[b.eclass]) for b in written)
             reads = sum(self.reads[c] for c in node.children)
             return fused_estimate(self.profile, parts, reads, write, inside, len(node.children), 1 + len(written))
-        key = (node.op, node.attrs, self.aval(node.eclass), tuple((self.aval(c), self.reads[c]) for c in node.children))
+        key = (node.op, node.attrs, self.aval(node.eclass),
+               tuple((self.aval(c), self.reads[c]) for c in node.children))
         if key not in self.plain_estimates:
             self.plain_estimates[key] = self._plain_estimate(node)
         return self.plain_estimates[key]
@@ -159,8 +178,10 @@ class NodeCoster:
         op, cost = self.op_cost(node, node.children)
         if op in VIEW_OPS:
             return Estimate(0.0, 0.0, 0, 0.0, "vector")  # a view: its readers read its source
-        if self.fusion_proxy and cost.kind == "vector":
+        if self.proxy and cost.kind == "vector":
             return Estimate(cost.time_s, cost.energy_j, 0, cost.flops, cost.bound)
+        if self.proxy == "chained" and cost.kind == "gemm":
+            return Estimate(chained_time(self.profile, cost), cost.energy_j, 0, cost.flops, cost.bound)
         if cost.kind == "host":  # a host op reads whole buffers: folding views in is a kernel's trick
             reads = sum(class_bytes(self.view.classes[c]) for c in node.children)
         else:

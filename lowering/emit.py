@@ -186,23 +186,24 @@ def _operand_classes(node: ENode | BodyNode) -> list[str]:
 
 def emission_order(view: EGraphView, choice: dict[str, ENode]) -> list[str]:
     """Chosen classes reachable from the roots, children first. Among ready classes the one whose
-    equation came first in the original goes first, so an unchanged program comes back unchanged
-    and producers stay next to their consumers for fusion."""
+    equation came first in the original goes first, so an unchanged program comes back unchanged;
+    a class the original does not have goes just before its first user, depth first, so producers
+    stay next to their consumers for fusion (a reordered matmul chain runs as a chain)."""
     post: list[str] = []
     done: set[str] = set()
     for root in view.roots:
         _post_order(root, choice, post, done)
     position = {cid: i for i, cid in enumerate(post)}
-    priority: dict[str, float] = {}
-    for cid in post:
-        origin = view.classes[cid].origin
-        priority[cid] = origin if origin is not None else \
-            max((priority[c] for c in choice[cid].children), default=-1.0) + 0.5
-    waiting = {cid: len(set(choice[cid].children)) for cid in post}
     users: dict[str, list[str]] = {}
     for cid in post:
         for child in set(choice[cid].children):
             users.setdefault(child, []).append(cid)
+    priority: dict[str, float] = {}
+    for cid in reversed(post):  # users first
+        origin = view.classes[cid].origin
+        priority[cid] = origin if origin is not None else min((priority[u] for u in users.get(cid, ())),
+                                                              default=math.inf)
+    waiting = {cid: len(set(choice[cid].children)) for cid in post}
     ready = [(priority[c], i, c) for i, c in enumerate(post) if waiting[c] == 0]
     heapq.heapify(ready)
     order: list[str] = []

@@ -1,11 +1,11 @@
 """Wire program -> KernelProgram: kernels with their ops, buffers, GEMM tiling and estimates.
 
-Kernel boundaries come from one of three places: extraction (`groups`: the optimizer's own choice,
-one group per chosen e-node), the conventional policy of the `baseline` (XLA-style greedy
-producer-consumer: an elementwise or layout op joins the kernel that produced one of its operands
-if that kernel is the last one opened), or none (`naive`: one kernel per equation). Layout-only
-ops are views folded into the kernels that read them. Values that depend only on weights and
-constants are precomputed once and reported apart from per-call cost.
+Kernel boundaries come from extraction (`groups`: the optimizer's own choice, one group per chosen
+e-node) or from a greedy `FusionPolicy`: `CONVENTIONAL` is the fair baseline, what a good fusing
+compiler does on the same hardware (vertical and sibling fusion, GEMMs back to back up to the
+profile's `kernel.max_gemms`); `NAIVE` is one kernel per equation. Layout-only ops are views folded
+into the kernels that read them. Values that depend only on weights and constants are precomputed
+once and reported apart from per-call cost.
 """
 from __future__ import annotations
 
@@ -17,6 +17,27 @@ from costmodel.formulas import Estimate, sum_estimates
 from costmodel.kernel_cost import VIEW_OPS, fused_estimate
 from costmodel.op_cost import Aval, OpCost, nbytes, op_cost
 from costmodel.profile import HardwareProfile
+
+
+@dataclass(frozen=True)
+class FusionPolicy:
+    """A greedy grouping of equations into kernels, in program order. `vertical`: an op joins the
+    kernel that produced one of its operands (producer-consumer fusion); `siblings`: otherwise it
+    joins the kernel opened last when that kernel reads one of its operands (the operand is read
+    once) or when it reads no value computed per call (it can run anywhere); `gemm_chains`: a kernel
+    may run GEMMs back to back, up to the profile's `kernel.max_gemms`, instead of one."""
+
+    name: str
+    vertical: bool = True
+    siblings: bool = False
+    gemm_chains: bool = False
+
+
+NAIVE = FusionPolicy("naive", vertical=False)
+VERTICAL = FusionPolicy("vertical")  # XLA's producer-consumer fusion, one GEMM per kernel
+SIBLINGS = FusionPolicy("siblings", siblings=True)
+CONVENTIONAL = FusionPolicy("conventional", siblings=True, gemm_chains=True)  # the fair baseline
+POLICIES = (VERTICAL, SIBLINGS, CONVENTIONAL)  # what extraction is seeded with, on every candidate program
 
 
 @dataclass(eq=False)
@@ -78,17 +99,14 @@ def eqn_cost(profile: HardwareProfile, eqn: dict[str, Any], avals: dict[str, Ava
     return op_cost(profile, eqn["op"], eqn.get("params") or {}, ins, out)
 
 
-def build_kernel_program(program: dict[str, Any], profile: HardwareProfile, fuse: bool = True,
-                         groups: list[list[int]] | None = None, siblings: bool = False,
-                         gemm_chains: bool = False) -> KernelProgram:
-    """Kernels of `program`: the given `groups` of equation indices, else greedy fusion (`fuse`;
-    with `siblings`, also horizontal; with `gemm_chains`, GEMMs back to back, up to the profile's
-    `kernel.max_gemms`) or one kernel per equation."""
+def build_kernel_program(program: dict[str, Any], profile: HardwareProfile, policy: FusionPolicy = CONVENTIONAL,
+                         groups: list[list[int]] | None = None) -> KernelProgram:
+    """Kernels of `program`: the given `groups` of equation indices, else those of `policy`."""
     avals, static = avals_of(program), static_names(program, profile.kernel.precompute_weights)
     costs = [eqn_cost(profile, e, avals) for e in program["eqns"]]
     placer = _Placer(program, costs)
     if groups is None:
-        _assign_greedy(placer, static, fuse, siblings, profile.kernel.max_gemms if gemm_chains else 1)
+        _assign_greedy(placer, static, policy, profile.kernel.max_gemms if policy.gemm_chains else 1)
     else:
         _assign_groups(placer, static, groups)
     placer.materialize_returned_views()
@@ -110,6 +128,7 @@ class _Placer:
         self.kernels: list[Kernel] = []
         self.precompute: list[Kernel] = []
         self.producer: dict[str, Kernel] = {}
+        self.reads: dict[int, set[str]] = {}  # per kernel (by identity): the values it reads or computes
         self.deferred: dict[str, int] = {}  # view output -> its equation, placed in each reader
         self.escaping = {o for o in program["outputs"] if isinstance(o, str)}
 
@@ -129,13 +148,18 @@ class _Placer:
                 self.escaping.add(a)
         kernel.eqns.append(index)
         self.producer.update((o["name"], kernel) for o in self.eqns[index]["out"])
+        self.reads.setdefault(id(kernel), set()).update(a for a in self.eqns[index]["in"] if isinstance(a, str))
 
     def defer(self, index: int) -> None:
         self.deferred.update((o["name"], index) for o in self.eqns[index]["out"])
 
     def materialize_returned_views(self) -> None:
-        for name in self.escaping & self.deferred.keys():  # a returned view is written by a copy kernel
-            self.place(self.deferred[name], self.open(per_call=True))
+        """A returned view is written by the kernel that computes its source (a slice of a merged
+        GEMM is one more output of that GEMM's kernel), or by a copy kernel when no kernel does."""
+        for index in sorted({self.deferred[name] for name in self.escaping & self.deferred.keys()}):
+            sources = [k for a in self.eqns[index]["in"] if isinstance(a, str)
+                       and (k := self.producer.get(a)) in self.kernels and a not in self.deferred]
+            self.place(index, sources[0] if sources else self.open(per_call=True))
 
 
 def _is_static(eqn: dict[str, Any], static: set[str]) -> bool:
@@ -154,32 +178,34 @@ def _assign_groups(placer: _Placer, static: set[str], groups: list[list[int]]) -
             placer.place(index, target)
 
 
-def _assign_greedy(placer: _Placer, static: set[str], fuse: bool, siblings: bool = False, max_gemms: int = 1) -> None:
-    """The baseline's policy. With fusion, views of kernel-external data (a bias broadcast) are
-    folded into each reader, and an elementwise op joins the latest kernel that produced one of
-    its operands: its other operands then come from earlier kernels, so kernel order stays a
-    valid schedule. Without, every equation is its own kernel. With `siblings` (not the
-    baseline's: one of the optimizer's seeds), an elementwise op that reads no per-call value
-    joins the kernel opened last instead of opening one: it can run anywhere. With `max_gemms` > 1
-    (not the baseline's either) a GEMM joins the latest kernel that produced an operand while that
-    kernel runs fewer GEMMs: the operand stays in SRAM instead of a round trip through HBM."""
+def _assign_greedy(placer: _Placer, static: set[str], policy: FusionPolicy, max_gemms: int) -> None:
+    """Greedy fusion in program order under `policy`. Views of kernel-external data (a bias
+    broadcast) are folded into each reader. An op joins the latest kernel that produced one of its
+    operands (its other operands come from earlier kernels, so kernel order stays a valid
+    schedule), else, with siblings, the kernel opened last (which runs after all its producers);
+    a kernel takes vector work freely and GEMMs up to `max_gemms`, and never joins a host op."""
     per_call = placer.kernels
     for index, (eqn, cost) in enumerate(zip(placer.eqns, placer.costs)):
-        producers = [k for a in eqn["in"] if isinstance(a, str) and (k := placer.producer.get(a)) in per_call]
+        names = [a for a in eqn["in"] if isinstance(a, str)]
+        producers = [k for a in names if (k := placer.producer.get(a)) in per_call]
         if _is_static(eqn, static):
             target = placer.open(per_call=False)
-        elif fuse and eqn["op"] in VIEW_OPS and not producers:  # a view of earlier data: folded into readers
+        elif policy.vertical and eqn["op"] in VIEW_OPS and not producers:  # a view of earlier data: folded into readers
             placer.defer(index)
             continue
         else:
-            latest = max(producers, key=lambda k: k.id, default=None)
-            if latest is None and siblings and per_call:
-                latest = per_call[-1]
-            kinds = [placer.costs[i].kind for i in latest.eqns] if latest is not None else []
-            fits = cost.kind in ("vector", "free") or (cost.kind == "gemm" and kinds.count("gemm") < max_gemms)
-            joins = fuse and latest is not None and fits and "host" not in kinds
-            target = latest if joins else placer.open(per_call=True)
+            options = [max(producers, key=lambda k: k.id)] if producers and policy.vertical else []
+            if policy.siblings and per_call and (not producers or placer.reads.get(id(per_call[-1]), set()) & set(names)):
+                options.append(per_call[-1])
+            target = next((k for k in options if _fits(placer, k, cost, max_gemms)), None) or placer.open(per_call=True)
         placer.place(index, target)
+
+
+def _fits(placer: _Placer, kernel: Kernel, cost: OpCost, max_gemms: int) -> bool:
+    kinds = [placer.costs[i].kind for i in kernel.eqns]
+    if "host" in kinds:
+        return False
+    return cost.kind in ("vector", "free") or (cost.kind == "gemm" and kinds.count("gemm") < max_gemms)
 
 
 def kernel_kind(parts: list[OpCost], ops: list[str]) -> str:

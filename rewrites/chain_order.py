@@ -4,7 +4,8 @@ classic O(n^3) dynamic program and added to the chain's e-class.
 The reassociation rules (rewrites/matmul.py) reach every order of an n-matmul chain only after
 building a Catalan number of them: an 80-matmul chain never saturates, and extraction sees the
 orders the time limit allowed. The dynamic program finds the cheapest order directly under the
-price of one GEMM kernel. It is matmul associativity, an identity of real arithmetic, so it is
+price of one product (one order per price: as a GEMM kernel of its own, and where the profile runs
+GEMMs back to back, as one of a run). It is matmul associativity, an identity of real arithmetic, so it is
 seeded in `real` mode only; the e-graph still weighs it against everything its rules find.
 """
 from __future__ import annotations
@@ -93,17 +94,20 @@ def cheapest_order(dims: Sequence[int], price: Callable[[int, int, int], float],
     return cost[0][count - 1], order(0, count - 1)
 
 
-def seed_chain_orders(loaded: LoadedProgram, price: Callable[[dict, str, int, int, int], float],
+def seed_chain_orders(loaded: LoadedProgram, prices: Sequence[Callable[[dict, str, int, int, int], float]],
                       free: set[str]) -> list[Chain]:
-    """Add the cheapest order of every matmul chain of `loaded`'s program to the chain's e-class;
-    `price(params, dtype, m, k, n)` is one GEMM kernel, `free` the values precomputed once."""
+    """Add the cheapest order of every matmul chain of `loaded`'s program under each of `prices`
+    (`price(params, dtype, m, k, n)`: one product) to the chain's e-class; `free` are the values
+    precomputed once."""
     chains = find_chains(loaded.program)
     commands = []
     for chain in chains:
-        _, order = cheapest_order(chain.dims, lambda m, k, n, c=chain: price(c.params, c.dtype, m, k, n),
-                                  [leaf in free for leaf in chain.leaves])
-        term, _, _ = _build(loaded, chain, order, commands)
-        commands.append(union(loaded.env[chain.root]).with_(term))
+        free_leaves = [leaf in free for leaf in chain.leaves]
+        orders = [cheapest_order(chain.dims, lambda m, k, n, c=chain, p=price: p(c.params, c.dtype, m, k, n),
+                                 free_leaves)[1] for price in prices]
+        for order in dict.fromkeys(orders):  # an order two prices agree on is built once
+            term, _, _ = _build(loaded, chain, order, commands)
+            commands.append(union(loaded.env[chain.root]).with_(term))
     if commands:
         loaded.egraph.register(*commands)
     return chains

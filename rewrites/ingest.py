@@ -21,17 +21,25 @@ from rewrites.terms import (BINARY_OPS, REDUCE_OPS, UNARY_OPS, Term, dtype, floa
 
 @dataclass
 class LoadedProgram:
-    """An e-graph holding one program, plus what is needed to turn extracted terms back into it."""
+    """An e-graph holding a program and any equivalent alternatives (their outputs unioned), plus
+    what is needed to turn extracted terms back into a program."""
 
     egraph: EGraph
     params: ParamsTable
-    program: dict[str, Any]
+    programs: list[dict[str, Any]]  # the program, then its alternatives (same inputs and consts)
     n_outputs: int
-    eqn_count: int = 0
-    env: dict[str, Term] = field(default_factory=dict)  # wire name -> its term (the let bound at ingest)
+    envs: list[dict[str, Term]] = field(default_factory=list)  # per program: wire name -> its term (its let)
     timings: dict[str, float] = field(default_factory=dict)
     extra_lets: int = 0  # lets added after ingest (kernel seeds' shared bodies), numbered per e-graph
     seeded: dict[tuple, list] = field(default_factory=dict)  # kernels seeded so far -> their seeds
+
+    @property
+    def program(self) -> dict[str, Any]:
+        return self.programs[0]
+
+    @property
+    def env(self) -> dict[str, Term]:
+        return self.envs[0]
 
     def __enter__(self) -> LoadedProgram:
         return self
@@ -192,14 +200,21 @@ def _merge_keys(eqn: dict[str, Any]) -> list[tuple[tuple[str, str, str], Any]]:
             if isinstance(shared, str)]
 
 
-def ingest(program: dict[str, Any]) -> LoadedProgram:
-    """Load a (type-checked) wire program into a fresh e-graph."""
+def let_name(program: int, eqn: int, out: int) -> str:
+    """The let of an equation's output: `e{eqn}_{out}` for the program, `a{k}e{eqn}_{out}` for
+    its k-th alternative (costmodel/egraph_view.py reads them back as class origins)."""
+    return f"{f'a{program}' if program else ''}e{eqn}_{out}"
+
+
+def ingest(program: dict[str, Any], alternatives: list[dict[str, Any]] = ()) -> LoadedProgram:
+    """Load a (type-checked) wire program into a fresh e-graph; each alternative (an equivalent
+    program over the same inputs and consts) is loaded too, its outputs unioned with the program's."""
     egraph, table = EGraph(), ParamsTable()
     env: dict[str, Term] = {}
     analyses = []
 
-    def bind(name: str, term: Term, spec: dict[str, Any], let_name: str) -> None:
-        ref = egraph.let(let_name, term)
+    def bind(name: str, term: Term, spec: dict[str, Any], let: str) -> None:
+        ref = egraph.let(let, term)
         env[name] = ref
         analyses.extend([set_(shape(ref)).to(ivec(spec["shape"])), set_(dtype(ref)).to(spec["dtype"])])
 
@@ -244,25 +259,39 @@ def ingest(program: dict[str, Any]) -> LoadedProgram:
 
     for i, spec in enumerate([*program["inputs"], *program.get("consts", [])]):
         bind(spec["name"], Term.var(i), spec, f"x{i}")
-    for i, eqn in enumerate(program["eqns"]):
-        ins = eqn["in"]
-        if all(isinstance(a, str) or literal_roundtrips(a) for a in ins):
-            terms = encode_eqn(eqn, [arg_term(a) for a in ins], table)
-        else:
-            terms = _opaque_with_literal_args(eqn, table, env)
-        level = 1 + max((levels.get(a, 0) for a in ins if isinstance(a, str)), default=0)
-        for k, (term, spec) in enumerate(zip(terms, eqn["out"])):
-            bind(spec["name"], term, spec, f"e{i}_{k}")
-            levels[spec["name"]] = level
-        if is_candidate(eqn):
-            number_merge_candidates(eqn, level)
-        elif eqn["op"] == "concatenate":
-            concatenated.update(o["name"] for o in eqn["out"])
-    roots = [env[o] if isinstance(o, str) else arg_term(o) for o in program["outputs"]]
-    commands = [*analyses, *(union(output(i)).with_(r) for i, r in enumerate(roots))]
+    leaves = dict(env)
+
+    def load_eqns(tag: int) -> list[Term]:
+        for i, eqn in enumerate(programs[tag]["eqns"]):
+            ins = eqn["in"]
+            if all(isinstance(a, str) or literal_roundtrips(a) for a in ins):
+                terms = encode_eqn(eqn, [arg_term(a) for a in ins], table)
+            else:
+                terms = _opaque_with_literal_args(eqn, table, env)
+            level = 1 + max((levels.get(a, 0) for a in ins if isinstance(a, str)), default=0)
+            for k, (term, spec) in enumerate(zip(terms, eqn["out"])):
+                bind(spec["name"], term, spec, let_name(tag, i, k))
+                levels[spec["name"]] = level
+            if tag:  # merge numbering orders the program's own candidates; alternatives are never merged
+                continue
+            if is_candidate(eqn):
+                number_merge_candidates(eqn, level)
+            elif eqn["op"] == "concatenate":
+                concatenated.update(o["name"] for o in eqn["out"])
+        return [env[o] if isinstance(o, str) else arg_term(o) for o in programs[tag]["outputs"]]
+
+    programs, envs, unions = [program, *alternatives], [], []
+    for tag in range(len(programs)):
+        env.clear()
+        env.update(leaves)
+        levels.clear()
+        outputs = load_eqns(tag)
+        envs.append(dict(env))
+        unions += [union(output(i)).with_(r) for i, r in enumerate(outputs)]
+    commands = [*analyses, *unions]
     if commands:  # an empty program has none, and egglog's register needs at least one
         egraph.register(*commands)
-    return LoadedProgram(egraph, table, program, len(roots), len(program["eqns"]), env=env)
+    return LoadedProgram(egraph, table, programs, len(program["outputs"]), envs)
 
 
 def _opaque_with_literal_args(eqn: dict[str, Any], table: ParamsTable, env: dict[str, Term]) -> list[Term]:

@@ -35,31 +35,34 @@ class BodyConstructors:
 
 @dataclass(frozen=True)
 class KernelSeed:
-    """A seeded kernel by equation indices of the program: the value its node computes, the
-    further values it writes (in `tee_out` index order) and every op it computes."""
+    """A seeded kernel by equation indices of one of the e-graph's programs (`program`: 0, or an
+    alternative's number): the value its node computes, the further values it writes (in
+    `tee_out` index order) and every op it computes."""
 
+    program: int
     root: int
     tees: tuple[int, ...]
     ops: frozenset[int]
 
 
-def seed_kernels(loaded: LoadedProgram, kernels: Sequence[tuple[Sequence[int], set[str]]]) -> list[KernelSeed]:
-    """Add each kernel, given as (its equations in execution order, the names it writes), to the
-    e-graph of `loaded` (the same program). An equation with no body form (concat, opaque, a
+def seed_kernels(loaded: LoadedProgram, kernels: Sequence[tuple[Sequence[int], set[str]]],
+                 program: int = 0) -> list[KernelSeed]:
+    """Add each kernel of `loaded.programs[program]`, given as (its equations in execution order,
+    the names it writes), to the e-graph. An equation with no body form (concat, opaque, a
     multi-output primitive) leaves the kernel: its value is written and read back. A kernel
     seeded before (another policy made it too) is not built again."""
-    eqns, env = loaded.program["eqns"], loaded.env
+    eqns, env = loaded.programs[program]["eqns"], loaded.envs[program]
     seeds: list[KernelSeed] = []
     commands = []
     for indices, writes in kernels:
-        key = (tuple(indices), frozenset(writes))
+        key = (program, tuple(indices), frozenset(writes))
         if key in loaded.seeded or len(indices) < 2:  # a lone op is its plain node already
             seeds += loaded.seeded.get(key, [])
             continue
         first = len(seeds)
         # An equation with no body splits the kernel: the ops before it write what it and the
         # ops after it read (a kernel that fed it and read it back would be a cycle).
-        for run in _runs_with_bodies(loaded, indices):
+        for run in _runs_with_bodies(loaded, program, indices):
             mine = {i for i, _, _ in run}
             read_elsewhere = {a for i in indices if i not in mine for a in eqns[i]["in"] if isinstance(a, str)}
             written = [(i, n) for i, n, _ in run if n in writes or n in read_elsewhere]
@@ -74,16 +77,16 @@ def seed_kernels(loaded: LoadedProgram, kernels: Sequence[tuple[Sequence[int], s
                              for k, (_, n) in enumerate(tees)]
             else:
                 commands.append(union(env[root_name]).with_(Term.kernel(root_body)))
-            seeds.append(KernelSeed(root, tuple(i for i, _ in tees), frozenset(mine)))
+            seeds.append(KernelSeed(program, root, tuple(i for i, _ in tees), frozenset(mine)))
         loaded.seeded[key] = seeds[first:]
     if commands:
         loaded.egraph.register(*commands)
     return seeds
 
 
-def _runs_with_bodies(loaded: LoadedProgram, indices: Sequence[int]) -> list[list[tuple[int, str, Body]]]:
+def _runs_with_bodies(loaded: LoadedProgram, program: int, indices: Sequence[int]) -> list[list[tuple[int, str, Body]]]:
     """Maximal runs of consecutive equations that have a body form, as (index, name, body)."""
-    eqns, env, table = loaded.program["eqns"], loaded.env, loaded.params
+    eqns, env, table = loaded.programs[program]["eqns"], loaded.envs[program], loaded.params
     # egglog-python sends an expression to egglog as a tree: a body read twice is let-bound, or a
     # long kernel (GEMMs back to back) would be unfolded exponentially
     reads = Counter(a for i in indices for a in eqns[i]["in"] if isinstance(a, str))

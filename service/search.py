@@ -15,11 +15,12 @@ from typing import Any
 from costmodel.egraph_view import EGraphView, view_egraph
 from costmodel.extract import Exclusive, Extraction, Requires, drop_dominated, extract_greedy_dag
 from costmodel.ilp import cheaper, extract_auto, extract_ilp
-from costmodel.kernel_cost import NodeCoster, gemm_exclusive_groups, gemm_kernel_time, tee_requirements
+from costmodel.kernel_cost import (NodeCoster, Proxy, gemm_chained_time, gemm_exclusive_groups, gemm_kernel_time,
+                                   tee_requirements)
 from costmodel.profile import HardwareProfile
 from costmodel.warm_start import seeded_extraction
 from lowering.emit import ExtractionCycle, emit_program, without_unused_consts
-from lowering.kernels import build_kernel_program, static_names
+from lowering.kernels import POLICIES, build_kernel_program, static_names
 from rewrites.chain_order import seed_chain_orders
 from rewrites.ingest import LoadedProgram, ingest
 from rewrites.kernel_seeds import KernelSeed, seed_kernels
@@ -34,14 +35,15 @@ AUTO_ILP_NODE_BUDGET = 5_000  # beyond this the ILP rarely proves anything in th
 # Mixer) prove optimal in 0.1-0.3 s; BERT's 0.9k and the NasRNN's 6.5k keep a gap after 2 s.
 AUTO_FUSION_ILP_NODE_BUDGET = 1_000
 AUTO_ILP_TIME_FRACTION = 0.25  # of the request's time limit, capped below
-AUTO_ILP_MAX_S = {True: 2.0, False: 0.3}  # cap by stage (fusion_proxy: the algebra)
+AUTO_ILP_MAX_S = {True: 2.0, False: 0.3}  # cap by stage (True: the algebra)
 
 
 @dataclass
 class Search:
     """What the search chose for one program. `candidate` (None when extraction made a cycle)
     computes the program with the equations of each kernel in `groups`; `algebraic` is the
-    algebraic optimum it fuses (greedy fusion of it is the pipeline's yardstick)."""
+    algebraic optimum under the first proxy (validated early, beside the fusion stage);
+    `programs` counts the programs the kernel e-graph held (the original and distinct algebras)."""
 
     candidate: dict[str, Any] | None
     groups: list[list[int]]
@@ -52,6 +54,7 @@ class Search:
     extraction: Extraction
     egraph: dict[str, int]  # enodes / eclasses of the algebra's and the fusion's e-graphs
     seeded_kernels: int = 0
+    programs: int = 1
     cycle: str | None = None
     pieces: dict[str, int] = field(default_factory=dict)  # set when searched piecewise
 
@@ -109,33 +112,37 @@ def _search(program: dict[str, Any], profile: HardwareProfile, options: Optimize
         loaded = egraphs.enter_context(ingest(program))
     with stage(timings, "saturate"):
         if options.rules and options.fp_mode == "real":  # matmul associativity: real arithmetic only
-            seed_chain_orders(loaded, partial(gemm_kernel_time, profile),
+            seed_chain_orders(loaded, [partial(price, profile) for price in _chain_prices(profile)],
                               static_names(program, profile.kernel.precompute_weights))
         saturation = saturate(loaded.egraph, SCHEDULES[options.fp_mode] if options.rules else NO_RULES,
                               budget(options))
     if validation is not None:
         validation.settle()  # the inputs are drawn by now: collection need not wait through extraction
     with stage(timings, "extract"):
-        view, algebra = _extract_stage(loaded, profile, program, options, fusion_proxy=True)
-        untrimmed = emit_program(view, algebra.choice, loaded.params, program).program
-        algebraic = without_unused_consts(untrimmed)  # eqn indices are unchanged
+        view = view_egraph(loaded.egraph)
+        algebras = [_extract_stage(view, loaded, profile, program, options, proxy) for proxy in _proxies(profile)]
+        untrimmed = [emit_program(view, a.choice, loaded.params, program).program for a in algebras]
+        algebraic = without_unused_consts(untrimmed[0])  # eqn indices are unchanged
     if validation is not None:
         validation.start(algebraic)
     with stage(timings, "fuse"):
-        fused = egraphs.enter_context(ingest(untrimmed))  # all consts kept: var indices mean the same as in `program`
+        # The program as written and each distinct algebra, in one e-graph (their outputs are one
+        # class): extraction weighs every policy's kernels over each, and can mix them.
+        alternatives = [a for k, a in enumerate(untrimmed) if a != program and a not in untrimmed[:k]]
+        fused = egraphs.enter_context(ingest(program, alternatives))  # all consts kept: var indices agree
         fusion = saturate(fused.egraph, FUSION_ONLY if options.rules else NO_RULES, budget(options))
-        # the conventional kernels, and the same with sibling fusion: both seeded, both warm starts
-        policies = [build_kernel_program(algebraic, profile, fuse=True, siblings=s) for s in (False, True)]
-        if profile.kernel.max_gemms > 1:
-            policies.append(build_kernel_program(algebraic, profile, fuse=True, siblings=True, gemm_chains=True))
-        seeds = [seed_kernels(fused, [(k.eqns, set(k.outputs)) for k in p.kernels]) for p in policies] \
-            if options.rules else []
+        seeds = []
+        for tag, candidate in enumerate(fused.programs if options.rules else []):
+            for policy in POLICIES:
+                kernels = build_kernel_program(without_unused_consts(candidate), profile, policy).kernels
+                seeds.append((tag, seed_kernels(fused, [(k.eqns, set(k.outputs)) for k in kernels], tag)))
     with stage(timings, "extract_kernels"):
-        kernel_view, extraction = _extract_stage(fused, profile, program, options, fusion_proxy=False, seeds=seeds)
+        kernel_view = view_egraph(fused.egraph)
+        extraction = _extract_stage(kernel_view, fused, profile, program, options, None, seeds)
     sizes = {"enodes": view.enode_count, "eclasses": len(view.classes),
              "fusion_enodes": kernel_view.enode_count, "fusion_eclasses": len(kernel_view.classes)}
-    result = Search(None, [], algebraic, saturation, fusion, algebra, extraction, sizes,
-                    len({s for seed_set in seeds for s in seed_set}))
+    result = Search(None, [], algebraic, saturation, fusion, algebras[0], extraction, sizes,
+                    len({s for _, seed_set in seeds for s in seed_set}), len(fused.programs))
     with stage(timings, "lower"):
         try:
             emitted = emit_program(kernel_view, extraction.choice, fused.params, program)
@@ -144,6 +151,17 @@ def _search(program: dict[str, Any], profile: HardwareProfile, options: Optimize
         except ExtractionCycle as err:
             result.cycle = str(err)
     return result
+
+
+def _proxies(profile: HardwareProfile) -> list[Proxy]:
+    """How the algebra is priced, one extraction each: with vector epilogues fused, and where the
+    profile runs GEMMs back to back, with GEMMs chained too."""
+    return ["epilogues", "chained"] if profile.kernel.max_gemms > 1 else ["epilogues"]
+
+
+def _chain_prices(profile: HardwareProfile) -> list:
+    """Prices of one product for the matrix-chain order, one order seeded each (as `_proxies`)."""
+    return [gemm_kernel_time, gemm_chained_time] if profile.kernel.max_gemms > 1 else [gemm_kernel_time]
 
 
 def _extract(view: EGraphView, cost, options: OptimizeOptions, time_limit_s: float,
@@ -162,23 +180,24 @@ def _extract(view: EGraphView, cost, options: OptimizeOptions, time_limit_s: flo
                        requires=requires)
 
 
-def _extract_stage(loaded: LoadedProgram, profile: HardwareProfile, program: dict, options: OptimizeOptions,
-                   fusion_proxy: bool, seeds: Sequence[Sequence[KernelSeed]] = ()) -> tuple[EGraphView, Extraction]:
-    """Serialize, price and extract. With `fusion_proxy` (the algebra stage, which has no kernel
-    nodes yet) vector ops are priced as fused epilogues, anticipating the fusion stage. `seeds`
-    (kernel policies, seeded into the e-graph) each make a program extraction may start from."""
-    view = view_egraph(loaded.egraph)
+def _extract_stage(view: EGraphView, loaded: LoadedProgram, profile: HardwareProfile, program: dict,
+                   options: OptimizeOptions, proxy: Proxy | None,
+                   seeds: Sequence[tuple[int, Sequence[KernelSeed]]] = ()) -> Extraction:
+    """Price and extract. The algebra stage (no kernel nodes yet) prices under a `proxy` for the
+    kernels the fusion stage can make; `seeds` (a policy's kernels over one of the e-graph's
+    programs, by its number) each make a program extraction may start from."""
     coster = NodeCoster(view, loaded.params, profile, static_classes(view, program, profile.kernel.precompute_weights),
-                        fusion_proxy)
+                        proxy)
     node_cost = {n.id: coster(n) for c in view.classes.values() for n in c.nodes}
     exclusive, requires = gemm_exclusive_groups(view), tee_requirements(view)
     warm = None
-    for seed_set in seeds:
-        warm = cheaper(warm, seeded_extraction(view, seed_set, node_cost, exclusive, requires))
+    for tag, seed_set in seeds:
+        warm = cheaper(warm, seeded_extraction(view, seed_set, node_cost, exclusive, requires, tag))
     keep = frozenset(n.id for n in warm.choice.values()) if warm else frozenset()
     candidates = drop_dominated(view, node_cost, exclusive, requires, keep)
+    algebra = proxy is not None
     extraction = _extract(candidates, lambda n: node_cost[n.id], options, budget(options).time_limit_s,
-                          exclusive, requires, AUTO_ILP_NODE_BUDGET if fusion_proxy else AUTO_FUSION_ILP_NODE_BUDGET,
-                          AUTO_ILP_MAX_S[fusion_proxy], warm)
+                          exclusive, requires, AUTO_ILP_NODE_BUDGET if algebra else AUTO_FUSION_ILP_NODE_BUDGET,
+                          AUTO_ILP_MAX_S[algebra], warm)
     extraction.candidates = candidates.enode_count
-    return view, extraction
+    return extraction

@@ -23,7 +23,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from costmodel.profile import HardwareProfile
-from lowering.kernels import build_kernel_program
+from lowering.kernels import CONVENTIONAL, NAIVE, build_kernel_program
 from lowering.listing import kernel_listing
 from service import pipeline
 from service.options import OptimizeOptions
@@ -151,8 +151,8 @@ def unoptimized_response(program: dict[str, Any], hardware: str | dict | Hardwar
     killed: estimates from lowering alone (cheap), no e-graph, no validation needed (unchanged)."""
     start = time.perf_counter()
     profile = pipeline.resolve_profile(hardware)
-    naive = build_kernel_program(program, profile, fuse=False)
-    baseline = build_kernel_program(program, profile, fuse=True)
+    naive = build_kernel_program(program, profile, NAIVE)
+    baseline = build_kernel_program(program, profile, CONVENTIONAL)
     return {
         "id": pipeline.request_id(program, profile, options),
         "program": program,

@@ -231,7 +231,7 @@ def test_ilp_on_a_real_qkv_egraph():
     loaded = ingest(program)
     saturate(loaded.egraph, SCHEDULES["real"], Budget())
     view = view_egraph(loaded.egraph)
-    cost = NodeCoster(view, loaded.params, load_profile("optu-v1"), static_classes(view, program), fusion_proxy=True)
+    cost = NodeCoster(view, loaded.params, load_profile("optu-v1"), static_classes(view, program), proxy="epilogues")
     table = {n.id: cost(n) for c in view.classes.values() for n in c.nodes}
     greedy = extract_greedy_dag(view, cost)
     result = extract_ilp(view, cost, warm_start=greedy)

@@ -1,4 +1,5 @@
-"""Kernel grouping and estimates: naive is one kernel per equation, the baseline fuses epilogues."""
+"""Kernel grouping and estimates: naive is one kernel per equation; the fair baseline (the conventional
+policy) fuses vertically and horizontally and runs GEMMs back to back where the profile allows."""
 from __future__ import annotations
 
 import jax
@@ -6,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from costmodel.profile import load_profile, with_overrides
-from lowering.kernels import build_kernel_program
+from lowering.kernels import CONVENTIONAL, NAIVE, SIBLINGS, VERTICAL, FusionPolicy, build_kernel_program
 from service.capture import capture
 
 PROFILE = load_profile("optu-v1")
@@ -20,8 +21,8 @@ def _mlp():
 
 def test_naive_is_one_kernel_per_equation_and_baseline_fuses_the_epilogue():
     program = _mlp()
-    naive = build_kernel_program(program, PROFILE, fuse=False)
-    fused = build_kernel_program(program, PROFILE, fuse=True)
+    naive = build_kernel_program(program, PROFILE, NAIVE)
+    fused = build_kernel_program(program, PROFILE, VERTICAL)
     assert len(naive.kernels) == len(program["eqns"])
     assert len(fused.kernels) == 1 and fused.kernels[0].kind == "fused"
     assert fused.kernels[0].ops[0] == "dot_general"
@@ -84,13 +85,38 @@ def test_a_kernel_reading_an_input_through_slices_reads_only_the_slices():
 
 
 def test_sibling_policy_runs_an_op_that_reads_no_per_call_value_in_the_last_kernel():
-    # x * 2 depends only on an input: greedy opens a kernel for it, the sibling policy does not
+    # x * 2 depends only on an input: vertical fusion opens a kernel for it, the sibling policy does not
     x, w = np.ones((8, 16), np.float32), np.ones((16, 16), np.float32)
     program = capture(lambda x, w: (jnp.tanh(x @ w), x * 2.0), x, w)
-    greedy = build_kernel_program(program, PROFILE)
-    siblings = build_kernel_program(program, PROFILE, siblings=True)
+    greedy = build_kernel_program(program, PROFILE, VERTICAL)
+    siblings = build_kernel_program(program, PROFILE, SIBLINGS)
     assert len(greedy.kernels) == 2 and len(siblings.kernels) == 1
     assert siblings.total.time_s < greedy.total.time_s
+
+
+def test_sibling_policy_runs_gemms_sharing_an_operand_in_one_kernel_once_its_producer_is_full():
+    # Two GEMMs a kernel: h's kernel takes h @ v1; h @ v2 opens the next; h @ v3 reads h like that
+    # kernel does (a sibling), so it joins it instead of opening a third and reading h again.
+    x, w, *vs = (np.ones((16, 16), np.float32) for _ in range(5))
+
+    def fn(x, w, *vs):
+        h = jnp.tanh(x @ w)
+        return [h @ v for v in vs]
+
+    program = capture(fn, x, w, *vs)
+    profile = with_overrides(PROFILE, {"kernel.max_gemms": 2})
+    chains_only = build_kernel_program(program, profile, FusionPolicy("chains", gemm_chains=True))
+    conventional = build_kernel_program(program, profile, CONVENTIONAL)
+    assert [k.ops.count("dot_general") for k in chains_only.kernels] == [2, 1, 1]
+    assert [k.ops.count("dot_general") for k in conventional.kernels] == [2, 2]
+    assert conventional.total.hbm_bytes < chains_only.total.hbm_bytes
+    assert conventional.total.time_s < chains_only.total.time_s
+
+
+def test_the_fair_baseline_is_the_conventional_policy_and_the_default():
+    program = _three_layer_mlp()
+    assert CONVENTIONAL.siblings and CONVENTIONAL.gemm_chains and CONVENTIONAL.vertical
+    assert build_kernel_program(program, PROFILE).total == build_kernel_program(program, PROFILE, CONVENTIONAL).total
 
 
 def _three_layer_mlp():
@@ -100,10 +126,10 @@ def _three_layer_mlp():
 
 def test_gemm_chains_run_gemms_back_to_back_up_to_the_profiles_max_gemms():
     program = _three_layer_mlp()
-    baseline = build_kernel_program(program, PROFILE)  # one GEMM per kernel, epilogues fused
+    baseline = build_kernel_program(program, PROFILE, SIBLINGS)  # one GEMM per kernel, epilogues fused
     assert len(baseline.kernels) == 3
-    two = build_kernel_program(program, with_overrides(PROFILE, {"kernel.max_gemms": 2}), gemm_chains=True)
-    three = build_kernel_program(program, with_overrides(PROFILE, {"kernel.max_gemms": 3}), gemm_chains=True)
+    two = build_kernel_program(program, with_overrides(PROFILE, {"kernel.max_gemms": 2}))
+    three = build_kernel_program(program, with_overrides(PROFILE, {"kernel.max_gemms": 3}))
     assert [k.ops.count("dot_general") for k in two.kernels] == [2, 1]
     (chain,) = three.kernels
     assert chain.ops.count("dot_general") == 3 and chain.inputs == ["in0", "in1", "in2", "in3"]
@@ -113,5 +139,4 @@ def test_gemm_chains_run_gemms_back_to_back_up_to_the_profiles_max_gemms():
     # the same GEMM work with fewer launches and no intermediates through HBM
     assert three.total.time_s < two.total.time_s < baseline.total.time_s
     assert three.total.hbm_bytes < two.total.hbm_bytes < baseline.total.hbm_bytes
-    assert build_kernel_program(program, with_overrides(PROFILE, {"kernel.max_gemms": 1}),
-                                gemm_chains=True).total == baseline.total
+    assert build_kernel_program(program, with_overrides(PROFILE, {"kernel.max_gemms": 1})).total == baseline.total

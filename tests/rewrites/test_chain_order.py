@@ -86,10 +86,10 @@ def test_the_seeded_order_is_extracted_with_no_reassociation_rule():
     program = capture(lambda *ms: functools.reduce(jnp.matmul, ms), *mats)
     loaded = ingest(program)
     price = functools.partial(gemm_kernel_time, PROFILE)
-    seed_chain_orders(loaded, price, set())
+    seed_chain_orders(loaded, [price], set())
     saturate(loaded.egraph, NO_RULES, Budget())  # the analyses only: types of the seeded products
     view = view_egraph(loaded.egraph)
-    coster = NodeCoster(view, loaded.params, PROFILE, static_classes(view, program), fusion_proxy=True)
+    coster = NodeCoster(view, loaded.params, PROFILE, static_classes(view, program), proxy="epilogues")
     extraction = extract_greedy_dag(view, coster)
     optimum, _ = cheapest_order(DIMS, lambda m, k, n: price(program["eqns"][0]["params"], "float32", m, k, n))
     left_to_right = sum(price(program["eqns"][0]["params"], "float32", DIMS[0], k, n) for k, n in zip(DIMS[1:], DIMS[2:]))

@@ -14,7 +14,7 @@ from costmodel.kernel_cost import KERNEL_OPS, NODE_EPSILON_S, NodeCoster, gemm_e
 from costmodel.profile import load_profile, with_overrides
 from costmodel.warm_start import seeded_extraction
 from lowering.emit import emit_program
-from lowering.kernels import build_kernel_program
+from lowering.kernels import CONVENTIONAL, VERTICAL, build_kernel_program
 from lowering.validate import validate
 from rewrites.ingest import ingest
 from rewrites.kernel_seeds import seed_kernels
@@ -44,7 +44,7 @@ PROGRAMS = {
 
 def seeded(program, profile=PROFILE):
     """The fusion e-graph of `program` with its greedy kernels seeded, and the seeded extraction."""
-    greedy = build_kernel_program(program, profile, fuse=True)
+    greedy = build_kernel_program(program, profile, VERTICAL)
     loaded = ingest(program)
     saturate(loaded.egraph, FUSION_ONLY, Budget())
     seeds = seed_kernels(loaded, [(k.eqns, set(k.outputs)) for k in greedy.kernels])
@@ -105,11 +105,11 @@ def test_extraction_started_from_the_seeds_is_never_worse_than_them(name):
         <= greedy.total.time_s * (1 + 1e-9)
 
 
-def test_sibling_seeds_let_the_e_graph_beat_greedy_fusion_on_the_mlp_training_step():
+def test_the_seeded_baseline_keeps_the_e_graphs_kernels_at_or_below_it_on_the_mlp_training_step():
     fn, args = ZOO["mlp_train_step"]()
     response = optimize(capture(fn, *args, weight_argnums=WEIGHT_ARGNUMS["mlp_train_step"]))
     fusion = response["report"]["fusion"]
-    assert fusion["chosen"] == "egraph" and fusion["egraph_s"] < fusion["greedy_s"]
+    assert fusion["chosen"] == "egraph" and fusion["egraph_s"] <= fusion["baseline_s"]
     assert response["validation"]["status"] == "passed"
 
 
@@ -121,7 +121,7 @@ def test_a_long_gemm_chain_seeds_without_unfolding_its_shared_values():
         return h
 
     program = capture(fn, *_arrays((8, 16), (16, 16)))
-    chains = build_kernel_program(program, PROFILE, siblings=True, gemm_chains=True)
+    chains = build_kernel_program(program, PROFILE, CONVENTIONAL)
     assert [k.ops.count("dot_general") for k in chains.kernels] == [16, 8]
     loaded = ingest(program)
     seeds = seed_kernels(loaded, [(k.eqns, set(k.outputs)) for k in chains.kernels])

@@ -59,7 +59,8 @@ def test_qkv_projections_of_one_input_become_one_matmul():
     response = optimize(program)
     gemms = [k for k in response["kernels"] if k["kind"] in ("optical_gemm", "fused")]
     assert len(gemms) == 1 and gemms[0]["tiling"]["weight_loads"] == 1  # one [96, 120] weight tile
-    assert response["estimate"]["speedup_vs_baseline"] > 2
+    # the fair baseline already runs the three GEMMs in one kernel: the merge saves two weight loads
+    assert response["estimate"]["speedup_vs_baseline"] > 1.2
     assert response["validation"]["status"] == "passed"
 
 
