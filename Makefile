@@ -23,6 +23,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m bench.run
 	$(PY) -m bench.scaling
+	$(PY) -m bench.time_limits
 	$(PY) -m bench.cpu_speed
 	$(PY) -m bench.calibration
 	$(PY) -m bench.load

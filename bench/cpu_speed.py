@@ -7,23 +7,29 @@ frequency) hits both alike; the ratio is median(original) / median(optimized), >
 optimized program is faster. XLA is the baseline users already have. A plain jit recomputes
 weight-only work on every call; the client's `jit(weight_argnums=...)` runs it once per weight set
 (lowering/precompute.py), so a second ratio ("hoisted") times both programs with their weight-only
-values computed ahead. Writes
-bench/results/cpu_speed.json and the README table between `<!-- cpu_speed:begin/end -->`.
+values computed ahead.
+
+The chain and RNN workloads are also held to a measured ceiling: the fastest of the hand-written
+alternatives a performance engineer would try under jax.jit (bench/models/variants.py), each
+checked against the original first, timed in rounds with the original and the optimized program.
+Writes bench/results/cpu_speed.json and the README tables between `<!-- cpu_speed:begin/end -->`.
 """
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import jax
 import numpy as np
 
+from bench.ceiling import CeilingSettings, ceiling_safely, ceiling_table, summarize_ceiling
 from bench.models.registry import MODELS, build
+from bench.models.variants import MODELS_WITH_ALTERNATIVES
 from bench.report import RESULTS_DIR, fmt_ratio, fmt_time, geomean, machine, machine_line, publish
+from bench.timing import interleaved_medians, timed
 from costmodel.profile import load_profile
 from lowering.kernels import gemm_flops
 from lowering.precompute import split_weight_work
@@ -34,33 +40,7 @@ from service.pipeline import optimize
 
 RESULTS = RESULTS_DIR / "cpu_speed.json"
 HARDWARE = "cpu-host"
-NOISE = 1.05  # issue 7: never slower than the original beyond this
-
-
-def _timed(fn: Callable, args: Sequence[Any]) -> float:
-    start = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    return time.perf_counter() - start
-
-
-def interleaved_medians(first: Callable, second: Callable, args: Sequence[Any], budget_s: float,
-                        min_reps: int = 5, max_reps: int = 2001) -> dict[str, Any]:
-    """Warm both up, then time them alternately (ABBA) for about `budget_s`; medians and spread."""
-    compile_s = [_timed(first, args), _timed(second, args)]  # the first call compiles
-    probe = _timed(first, args) + _timed(second, args)
-    reps = max(min_reps, min(max_reps, int(budget_s / max(probe, 1e-9))))
-    times: tuple[list[float], list[float]] = ([], [])
-    for i in range(reps):
-        order = ((0, first), (1, second)) if i % 2 == 0 else ((1, second), (0, first))
-        for slot, fn in order:
-            times[slot].append(_timed(fn, args))
-
-    def spread(xs: list[float]) -> dict[str, float]:
-        q = statistics.quantiles(xs, n=4)
-        return {"median_s": statistics.median(xs), "p25_s": q[0], "p75_s": q[2], "min_s": min(xs)}
-
-    return {"reps": reps, "compile_and_first_run_s": compile_s, "first": spread(times[0]),
-            "second": spread(times[1])}
+NOISE = 1.05  # the main table: never slower than the original beyond this
 
 
 def _hoisted(program: dict[str, Any], flat: list[Any]) -> tuple[Callable, list[Any]]:
@@ -75,12 +55,13 @@ def peak_gemm_rate(sizes: tuple[int, ...] = (1024, 2048), reps: int = 5) -> floa
     product, best = jax.jit(lambda x, y: x @ y), 0.0
     for size in sizes:
         a = jax.device_put(np.random.default_rng(0).standard_normal((size, size), dtype=np.float32))
-        _timed(product, (a, a))
-        best = max(best, 2.0 * size**3 / min(_timed(product, (a, a)) for _ in range(reps)))
+        timed(product, (a, a))
+        best = max(best, 2.0 * size**3 / min(timed(product, (a, a)) for _ in range(reps)))
     return best
 
 
-def speed_model(name: str, budget_s: float = 2.0, peak_flops_per_s: float | None = None) -> dict[str, Any]:
+def speed_model(name: str, budget_s: float = 2.0, peak_flops_per_s: float | None = None,
+                settings: CeilingSettings | None = None) -> dict[str, Any]:
     fn, args, weights = build(name)
     program = capture(fn, *args, weight_argnums=weights)
     start = time.perf_counter()
@@ -100,18 +81,21 @@ def speed_model(name: str, budget_s: float = 2.0, peak_flops_per_s: float | None
     # Were the optimized program's contractions free of every other cost and run at the peak rate:
     # the most any program with its contractions could gain. Where it is small, the contractions
     # themselves (which no exact rewrite removes) already take most of the original's time.
-    ceiling = stats["first"]["median_s"] * peak_flops_per_s / flops["optimized"] \
+    compute_ceiling = stats["first"]["median_s"] * peak_flops_per_s / flops["optimized"] \
         if peak_flops_per_s and flops["optimized"] else None
-    return {"model": name, "same_program": response["program"] == program, "optimize_wall_s": optimize_s,
-            "validation": response["validation"]["status"], "max_rel_error_example_inputs": agreement,
-            "original": stats["first"], "optimized": stats["second"], "reps": stats["reps"],
-            "compile_and_first_run_s": stats["compile_and_first_run_s"], "speedup_measured": ratio,
-            "slower_beyond_noise": ratio < 1 / NOISE and response["program"] != program,
-            "hoisted": {"original": hoisted["first"], "optimized": hoisted["second"], "reps": hoisted["reps"],
-                        "speedup_measured": hoisted["first"]["median_s"] / hoisted["second"]["median_s"]},
-            "estimate": {"baseline_s": est["baseline"]["time_s"], "optimized_s": est["optimized"]["time_s"],
-                         "speedup": est["speedup_vs_baseline"]},
-            "gemm_flops": flops, "compute_ceiling": ceiling}
+    row = {"model": name, "same_program": response["program"] == program, "optimize_wall_s": optimize_s,
+           "validation": response["validation"]["status"], "max_rel_error_example_inputs": agreement,
+           "original": stats["first"], "optimized": stats["second"], "reps": stats["reps"],
+           "compile_and_first_run_s": stats["compile_and_first_run_s"], "speedup_measured": ratio,
+           "slower_beyond_noise": ratio < 1 / NOISE and response["program"] != program,
+           "hoisted": {"original": hoisted["first"], "optimized": hoisted["second"], "reps": hoisted["reps"],
+                       "speedup_measured": hoisted["first"]["median_s"] / hoisted["second"]["median_s"]},
+           "estimate": {"baseline_s": est["baseline"]["time_s"], "optimized_s": est["optimized"]["time_s"],
+                        "speedup": est["speedup_vs_baseline"]},
+           "gemm_flops": flops, "compute_ceiling": compute_ceiling}
+    if settings is not None and name in MODELS_WITH_ALTERNATIVES:
+        row["ceiling"] = ceiling_safely(name, fn, args, original, optimized, flat, budget_s, settings)
+    return row
 
 
 def client_precompute(budget_s: float) -> dict[str, Any]:
@@ -133,9 +117,10 @@ def client_precompute(budget_s: float) -> dict[str, Any]:
             "max_rel_error": output_error(plain(x, w, a, b), ours(x, w, a, b))}
 
 
-def speed_safely(name: str, budget_s: float, peak_flops_per_s: float) -> dict[str, Any]:
+def speed_safely(name: str, budget_s: float, peak_flops_per_s: float,
+                 settings: CeilingSettings | None = None) -> dict[str, Any]:
     try:
-        return speed_model(name, budget_s, peak_flops_per_s)
+        return speed_model(name, budget_s, peak_flops_per_s, settings)
     except Exception as err:  # noqa: BLE001 - reported, the other models still run
         return {"model": name, "error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
 
@@ -182,13 +167,13 @@ def table(rows: list[dict[str, Any]], meta: dict[str, Any], summary: dict[str, A
              f"found): {', '.join(summary['unchanged']) or 'none'}; their two timings are of one program, "
              f"so their ratios, {_noise(summary)}, are this machine's noise.", "",
              f"`GEMM flop`: the contractions' work, original → optimized (reordering a chain changes it; "
-             f"merging or fusing does not). `ceiling`: original time over the optimized contractions at this "
+             f"merging or fusing does not). `compute ceiling`: original time over the optimized contractions at this "
              f"CPU's peak matmul rate ({summary['peak_gemm_flops_per_s'] / 1e9:.0f} GFLOP/s, the best 1024^3 or "
              f"2048^3 product): "
              f"the most any program doing that work could gain, with everything else free.", "",
              _client_line(summary["client_precompute"]), "",
              "| model | original (median, p25-p75) | optimized (median, p25-p75) | measured | hoisted "
-             "| estimated (cpu-host) | GEMM flop | ceiling | runs | validation |",
+             "| estimated (cpu-host) | GEMM flop | compute ceiling | runs | validation |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         if "error" in r:
@@ -205,29 +190,50 @@ def table(rows: list[dict[str, Any]], meta: dict[str, Any], summary: dict[str, A
     return "\n".join(lines)
 
 
+def _progress(row: dict[str, Any]) -> str:
+    line = f"{row['model']}: " + (row["error"] if "error" in row else f"{row['speedup_measured']:.2f}x measured")
+    c = row.get("ceiling")
+    if c:
+        line += f"; ceiling: {c['error']}" if "error" in c else \
+            f"; {c['of_ceiling']:.0%} of the ceiling, {c['measured']:.2f}x measured ({c['verdict']})"
+    return line
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="*", default=list(MODELS))
     parser.add_argument("--budget", type=float, default=2.0, help="seconds of timed runs per model")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--no-readme", action="store_true")
+    parser.add_argument("--ceiling-runs", type=int, default=CeilingSettings.runs,
+                        help="interleaved rounds for the chain/RNN ceiling table (at least 2)")
+    parser.add_argument("--ceiling-reps", type=int, default=CeilingSettings.min_reps,
+                        help="calls per program per round, at least (more where --budget allows)")
+    parser.add_argument("--no-ceiling", action="store_true", help="skip the chain/RNN ceiling table")
     parser.add_argument("--measurement-settings", action="store_true",
                         help="synchronous dispatch and single-threaded Eigen, as `optu calibrate` measures "
                              "(default: JAX's defaults, what users run)")
     args = parser.parse_args(argv)
+    if args.ceiling_runs < 2 or args.ceiling_reps < 1:
+        parser.error("--ceiling-runs needs at least 2 rounds and --ceiling-reps at least 1 call")
+    settings = None if args.no_ceiling else CeilingSettings(args.ceiling_runs, args.ceiling_reps)
     if args.measurement_settings:
         from costmodel.calibrate import apply_measurement_settings
         apply_measurement_settings()  # before the first computation creates the CPU client
     rows, peak = [], peak_gemm_rate()
     for name in args.models:
-        rows.append(speed_safely(name, args.budget, peak))
-        r = rows[-1]
-        print(f"{name}: " + (r["error"] if "error" in r else f"{r['speedup_measured']:.2f}x measured"), flush=True)
+        rows.append(speed_safely(name, args.budget, peak, settings))
+        print(_progress(rows[-1]), flush=True)
     meta, summary = machine(), summarize(rows, peak)
     summary["client_precompute"] = client = client_precompute(args.budget)
     print(f"client precompute: {client['speedup_measured']:.2f}x measured", flush=True)
+    ceilings = [r["ceiling"] for r in rows if "ceiling" in r]
+    text = table(rows, meta, summary)
+    if ceilings:
+        summary["ceiling"] = summarize_ceiling(ceilings, settings)
+        text += "\n\n" + ceiling_table(ceilings, summary["ceiling"], summary["unchanged"])
     publish(args.out, {"hardware": HARDWARE, "machine": meta, "measurement_settings": args.measurement_settings,
-                       "summary": summary, "models": rows}, table(rows, meta, summary), "cpu_speed", not args.no_readme)
+                       "summary": summary, "models": rows}, text, "cpu_speed", not args.no_readme)
     return {"summary": summary, "models": rows}
 
 

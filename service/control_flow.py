@@ -68,6 +68,11 @@ def optimize_nested(program: dict[str, Any], optimize_body: Callable[[dict], dic
     return result, reports
 
 
+def nested_program_count(program: dict[str, Any]) -> int:
+    """How many nested programs (loop bodies, branches) `program`'s equations hold at the top level."""
+    return sum(1 for eqn in program.get("eqns", []) for _ in _nested_programs(eqn.get("params") or {}))
+
+
 def _counts(original: dict, used: dict) -> dict[str, int]:
     return {"original": len(original.get("eqns", [])), "optimized": len(used.get("eqns", []))}
 

@@ -8,18 +8,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from contextlib import nullcontext
 from typing import Any
 
 from costmodel.extract import Extraction
 from costmodel.profile import HardwareProfile, load_profile, profile_from_dict
-from lowering.kernels import CONVENTIONAL, NAIVE, KernelProgram, build_kernel_program, lower_bound
+from lowering.kernels import CONVENTIONAL, NAIVE, POLICIES, KernelProgram, build_kernel_program, lower_bound
 from lowering.listing import kernel_listing
 from lowering.to_jax import typecheck
 from lowering.validate import validate
 from service.background_validation import BackgroundValidation
-from service.control_flow import optimize_nested
+from service.control_flow import nested_program_count, optimize_nested
 from service.loop_hoist import hoist_if_cheaper
+from service.loop_invariants import hoist_loop_invariants
 from service.options import OptimizeOptions
 from service.partition import find_pieces, search_pieces
 from service.search import Search, budget, search, stage
@@ -51,42 +53,34 @@ def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | N
         typecheck(program)
     notes: list[str] = []
     with stage(timings, "control_flow"):  # bodies first; `program` stays the validation reference
-        hoisted, count = hoist_if_cheaper(program, profile) if options.rules and options.fp_mode == "real" \
-            else (program, 0)
+        # Loop-invariant code motion is what a conventional compiler does too (XLA's while-loop
+        # LICM): the program the baseline is priced on, and what the optimizer starts from.
+        written, moved = hoist_loop_invariants(program) if options.rules else (program, 0)
+        if moved:
+            notes.append(f"moved {moved} loop-invariant equation(s) out of loop bodies")
+        hoisted, count = hoist_if_cheaper(written, profile) if options.rules and options.fp_mode == "real" \
+            else (written, 0)
         if count:
             notes.append(f"hoisted {count} loop-invariant GEMM(s) out of scan bodies")
-        nested, control_flow = optimize_nested(hoisted, lambda body: optimize(body, profile, options))
+        limit, started = budget(options).time_limit_s, time.perf_counter()
+        share = limit / (1 + nested_program_count(hoisted))  # bodies share the request's time limit
+        body_options = options.model_copy(update={"time_limit_s": share})
+        nested, control_flow = optimize_nested(hoisted, lambda body: optimize(body, profile, body_options))
+        options = options.model_copy(update={"time_limit_s": max(share, limit - (time.perf_counter() - started))})
     with stage(timings, "partition"):
         pieces = find_pieces(nested) if options.rules else None
     overlap = options.validate_result and pieces is None  # a piecewise search has no early algebraic optimum
     with BackgroundValidation(program, options.fp_mode, timings) if overlap else nullcontext() as early:
         if pieces is None:
-            found = search(nested, profile, options, timings, early)
+            found = search(nested, profile, options, timings, early, reference=written)
         else:  # an encoder's layers: each kind of piece searched once, in a share of the time limit
             share = budget(options).time_limit_s / len({p.signature for p in pieces})
             piece_options = options.model_copy(update={"time_limit_s": share})
             found = search_pieces(nested, pieces, lambda piece: search(piece, profile, piece_options, timings))
-        fusion_report: dict[str, Any] = {"chosen": "none"}
         with stage(timings, "lower"):
             naive = build_kernel_program(program, profile, NAIVE)
-            baseline = build_kernel_program(program, profile, CONVENTIONAL)
-            if found.candidate is None:
-                candidate, lowered = program, baseline
-                notes.append(f"extraction produced a cycle ({found.cycle}); returning the original program")
-            else:
-                candidate = found.candidate
-                lowered = build_kernel_program(candidate, profile, groups=found.groups)
-                fusion_report = {"egraph_s": lowered.total.time_s, "baseline_s": baseline.total.time_s,
-                                 "chosen": "egraph", "programs": found.programs, "seeded_kernels": found.seeded_kernels}
-                # The baseline's kernels are seeded, so extraction starts no worse than they; this
-                # catches what seeding cannot express (a piecewise search's cuts, estimate drift).
-                if lowered.total.time_s > baseline.total.time_s:
-                    notes.append("the e-graph's program was estimated slower than the baseline; returning the original")
-                    candidate, lowered, fusion_report["chosen"] = program, baseline, "baseline"
-            if candidate is not program and baseline.total.time_s < profile.min_speedup * lowered.total.time_s:
-                notes.append(f"estimated speedup {baseline.total.time_s / lowered.total.time_s:.3f}x is below the "
-                             f"profile's min_speedup {profile.min_speedup}; returning the original program")
-                candidate, lowered = program, baseline
+            baseline = build_kernel_program(written, profile, CONVENTIONAL)
+            candidate, lowered, fusion_report = _kernels(found, written, baseline, profile, notes)
         with stage(timings, "validate"):
             if not options.validate_result:
                 validation = {"status": "skipped", "max_rel_error": None, "trials": 0}
@@ -97,7 +91,7 @@ def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | N
             if validation["status"] == "failed":
                 notes.append("validation failed; returning the original program (rules fired: "
                              + ", ".join(found.saturation.rules_fired) + ")")
-                candidate, lowered = program, baseline
+                candidate, lowered = program, build_kernel_program(program, profile, CONVENTIONAL)
     return {
         "id": request_id(program, profile, options),
         "program": candidate,
@@ -109,6 +103,33 @@ def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | N
         "report": _report(found, fusion_report, timings, notes, control_flow, program, candidate),
         "cache": "miss",
     }
+
+
+def _kernels(found: Search, written: dict[str, Any], baseline: KernelProgram, profile: HardwareProfile,
+             notes: list[str]) -> tuple[dict[str, Any], KernelProgram, dict[str, Any]]:
+    """The program to return, its kernels and the fusion report: the search's program with its
+    extracted kernels, or a policy's where cheaper (a piecewise search's kernels end at its cuts, a
+    policy's need not); the baseline's program (`written`) where that is no slower or the gain is
+    below the profile's `min_speedup`."""
+    if found.candidate is None:
+        notes.append(f"extraction produced a cycle ({found.cycle}); returning the baseline's program")
+        return written, baseline, {"chosen": "baseline"}
+    candidate = found.candidate
+    extracted = build_kernel_program(candidate, profile, groups=found.groups)
+    chosen, lowered = min([("egraph", extracted), *((p.name, build_kernel_program(candidate, profile, p))
+                                                    for p in POLICIES)], key=lambda c: c[1].total.time_s)
+    report = {"egraph_s": extracted.total.time_s, "baseline_s": baseline.total.time_s, "chosen": chosen,
+              "programs": found.programs, "seeded_kernels": found.seeded_kernels}
+    # The baseline's kernels are seeded, so extraction starts no worse than they; this catches what
+    # seeding cannot express (estimate drift, a piecewise search).
+    if lowered.total.time_s > baseline.total.time_s:
+        notes.append("the e-graph's program was estimated slower than the baseline; returning the baseline's program")
+        return written, baseline, report | {"chosen": "baseline"}
+    if baseline.total.time_s < profile.min_speedup * lowered.total.time_s:
+        notes.append(f"estimated speedup {baseline.total.time_s / lowered.total.time_s:.3f}x is below the "
+                     f"profile's min_speedup {profile.min_speedup}; returning the baseline's program")
+        return written, baseline, report | {"chosen": "baseline"}
+    return candidate, lowered, report
 
 
 def _report(found: Search, fusion_report: dict[str, Any], timings: dict[str, float], notes: list[str],

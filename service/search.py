@@ -99,15 +99,18 @@ def static_classes(view: EGraphView, program: dict, precompute_weights: bool = T
 
 
 def search(program: dict[str, Any], profile: HardwareProfile, options: OptimizeOptions,
-           timings: dict[str, float], validation: BackgroundValidation | None = None) -> Search:
+           timings: dict[str, float], validation: BackgroundValidation | None = None,
+           reference: dict[str, Any] | None = None) -> Search:
     """Search one (type-checked, control-flow-optimized) program; stage times add to `timings`.
-    `validation` gets the algebraic optimum as soon as it is known (fusion only regroups it)."""
+    `validation` gets the algebraic optimum as soon as it is known (fusion only regroups it).
+    `reference` (the baseline's program, with the same inputs and consts) joins the kernel
+    e-graph, so its kernels are a choice too."""
     with ExitStack() as egraphs:  # each dropped on this thread when the search ends (LoadedProgram.close)
-        return _search(program, profile, options, timings, validation, egraphs)
+        return _search(program, profile, options, timings, validation, egraphs, reference)
 
 
 def _search(program: dict[str, Any], profile: HardwareProfile, options: OptimizeOptions, timings: dict[str, float],
-            validation: BackgroundValidation | None, egraphs: ExitStack) -> Search:
+            validation: BackgroundValidation | None, egraphs: ExitStack, reference: dict[str, Any] | None) -> Search:
     with stage(timings, "ingest"):
         loaded = egraphs.enter_context(ingest(program))
     with stage(timings, "saturate"):
@@ -126,9 +129,12 @@ def _search(program: dict[str, Any], profile: HardwareProfile, options: Optimize
     if validation is not None:
         validation.start(algebraic)
     with stage(timings, "fuse"):
-        # The program as written and each distinct algebra, in one e-graph (their outputs are one
-        # class): extraction weighs every policy's kernels over each, and can mix them.
-        alternatives = [a for k, a in enumerate(untrimmed) if a != program and a not in untrimmed[:k]]
+        # The program, the baseline's and each distinct algebra, in one e-graph (their outputs are
+        # one class): extraction weighs every policy's kernels over each, and can mix them.
+        alternatives = []
+        for candidate in [reference or program, *untrimmed]:
+            if candidate != program and candidate not in alternatives:
+                alternatives.append(candidate)
         fused = egraphs.enter_context(ingest(program, alternatives))  # all consts kept: var indices agree
         fusion = saturate(fused.egraph, FUSION_ONLY if options.rules else NO_RULES, budget(options))
         seeds = []

@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import json
 
+import jax
+import numpy as np
 import pytest
 
-from bench import cpu_speed, run, scaling
-from bench.models.registry import LARGE, MODELS, SMALL, build
+from bench import ceiling, cpu_speed, run, scaling, time_limits
+from bench.models.registry import LARGE, MODELS, RNN_AND_CHAINS, SMALL, build
+from bench.models.variants import MODELS_WITH_ALTERNATIVES, alternatives
 from bench.report import geomean, update_readme
+from lowering.to_jax import program_to_callable
+from service.capture import capture
 
 QUICK = ["mlp2", "matmul_chain", "rnn_unrolled"]
 
@@ -51,19 +56,27 @@ def test_a_failing_model_becomes_a_row_with_its_error():
     assert "error:" in run.table([row], "optu-v1", run.machine(), run.summarize([row]))
 
 
-def test_scaling_benchmark_reports_per_layer_growth_and_the_chain_optimum(tmp_path):
+def test_scaling_benchmark_reports_per_layer_growth(tmp_path):
     out = tmp_path / "scaling.json"
-    result = scaling.main(["--tiny", "--layers", "1", "2", "--chain", "5", "--chain-limits", "1",
-                           "--out", str(out), "--no-readme"])
+    result = scaling.main(["--tiny", "--layers", "1", "2", "--out", str(out), "--no-readme"])
     points = result["bert"]["points"]
     assert [p["layers"] for p in points] == [1, 2] and json.loads(out.read_text())["bert"]["points"]
     for p in points:
         assert p["enodes"] > 0 and p["per_layer"]["enodes"] == p["enodes"] / p["layers"]
         assert p["saturate_plus_extract_s"] == p["timings_s"]["saturate"] + p["timings_s"]["extract"]
     assert result["bert"]["growth_exponent"]["enodes"] is not None
-    chain = result["chain"]
-    assert chain["optimum_cost_s"] > 0 and chain["tries"]
-    assert "time_to_optimal_s" in chain and "ilp_proved_optimal" in chain
+
+
+def test_time_limit_sweep_reports_each_limit_the_default_and_the_chains_ceiling(tmp_path):
+    out = tmp_path / "time_limits.json"
+    (chain,) = time_limits.main(["--models", "matmul_chain", "--limits", "0.1", "1", "--out", str(out), "--no-readme"])
+    assert [p["time_limit_s"] for p in chain["points"]] == [0.1, 1.0, None]
+    assert all(p["validation"] == "passed" and p["estimate_s"] > 0 for p in chain["points"])
+    assert chain["default_vs_best"] >= 1.0 and isinstance(chain["non_increasing"], bool)
+    # the zoo chain is one chain: its ceiling is a program under the baseline's kernels, never above it
+    baseline = chain["points"][-1]["estimate_s"] * chain["points"][-1]["speedup_vs_baseline"]
+    assert 0 < chain["chain_ceiling_s"] <= baseline
+    assert json.loads(out.read_text())["models"][0]["model"] == "matmul_chain"
 
 
 def test_cpu_speed_benchmark_measures_both_programs_interleaved(tmp_path):
@@ -82,6 +95,48 @@ def test_cpu_speed_benchmark_measures_both_programs_interleaved(tmp_path):
     client = result["summary"]["client_precompute"]  # the client ran the weight-only part once
     assert client["precompute_runs"] == 1 and client["max_rel_error"] < 1e-4 and client["reps"] >= 5
     assert json.loads(out.read_text())["hardware"] == "cpu-host"
+
+
+@pytest.mark.parametrize("name", RNN_AND_CHAINS)
+def test_every_hand_written_alternative_computes_what_the_model_does(name):
+    fn, args, _ = build(name)
+    alts = alternatives(name, fn, args)
+    assert set(MODELS_WITH_ALTERNATIVES) == set(RNN_AND_CHAINS) and len(alts) >= 2
+    reference = jax.jit(fn)
+    errors = ceiling.alternative_errors({k: jax.jit(f) for k, f in alts.items()}, reference,
+                                        [args, ceiling.fresh_draw(args)])
+    assert errors["as_written"] == 0.0 and max(errors.values()) < 1e-4
+
+
+def test_cpu_speed_ceiling_times_the_alternatives_with_the_optimized_program(tmp_path):
+    out = tmp_path / "cpu_speed.json"
+    result = cpu_speed.main(["--models", "rnn_unrolled", "--budget", "0.02", "--ceiling-runs", "2",
+                             "--ceiling-reps", "1", "--out", str(out), "--no-readme"])
+    row = result["models"][0]["ceiling"]
+    assert "error" not in row, row.get("traceback")
+    assert set(row["alternatives"]) == {"as_written", "hoisted", "concat"} and row["runs"] == 2 and row["reps"] >= 1
+    assert max(row["alternative_errors"].values()) < 1e-4
+    best = min(row["alternatives"], key=lambda k: row["alternatives"][k]["median_s"])
+    assert row["ceiling"]["alternative"] == best
+    assert row["of_ceiling"] == row["ceiling"]["median_s"] / row["optimized"]["median_s"]
+    assert row["measured"] == row["original"]["median_s"] / row["optimized"]["median_s"]
+    assert row["verdict"] in {"slower", "noise", "faster"}
+    summary = json.loads(out.read_text())["summary"]["ceiling"]
+    assert summary["models"] == ["rnn_unrolled"] and summary["target"] == 0.9 and not summary["errors"]
+
+
+def test_a_wrong_hand_written_alternative_is_caught_before_it_sets_the_ceiling(monkeypatch):
+    fn, args, weights = build("rnn_unrolled")
+    args = (*args[:3], np.zeros_like(args[3]))  # a zero bias in the examples: the fresh draw must catch it
+    right = alternatives("rnn_unrolled", fn, args)
+    wrong = {**right, "hoisted": lambda xs, w_x, w_h, b: right["hoisted"](xs, w_x, w_h, 0 * b)}
+    monkeypatch.setattr(ceiling, "alternatives", lambda *_: wrong)
+    original = jax.jit(program_to_callable(capture(fn, *args, weight_argnums=weights)))
+    flat = [jax.device_put(a) for a in args]
+    row = ceiling.ceiling_safely("rnn_unrolled", fn, args, original, original, flat, 0.01,
+                                 ceiling.CeilingSettings(2, 1))
+    assert "differ from the original" in row["error"] and "hoisted" in row["error"]
+    assert "error:" in ceiling.ceiling_table([row], ceiling.summarize_ceiling([row], ceiling.CeilingSettings()))
 
 
 def test_readme_tables_are_replaced_between_markers_and_new_pairs_added(tmp_path):

@@ -62,7 +62,8 @@ def test_the_pipeline_reports_the_pieces_and_validates_the_stitched_program(enco
     response = optimize(program)
     assert response["report"]["partition"]["searched"] < response["report"]["partition"]["pieces"]
     assert response["validation"]["status"] == "passed"
-    assert response["report"]["fusion"]["chosen"] == "egraph"
+    # the pieces' kernels end at the cuts; the stitched program is grouped over them where cheaper
+    assert response["report"]["fusion"]["chosen"] != "baseline"
     assert response["estimate"]["speedup_vs_baseline"] > 1.0
 
 

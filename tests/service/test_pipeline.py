@@ -48,12 +48,13 @@ def test_zoo_estimates_are_complete_and_never_slower_than_baseline(zoo_case):
         assert kernel["estimate"]["bound"] in {"weight_load", "optical", "vector", "memory", "launch"}
 
 
-def test_zoo_kernels_are_the_e_graphs_choice_and_never_worse_than_greedy_fusion(zoo_case):
-    # greedy fusion's kernels are seeded into the fusion e-graph, so its extraction starts there
+def test_zoo_kernels_are_the_e_graphs_choice_and_never_worse_than_the_fair_baseline(zoo_case):
+    # the baseline's kernels are seeded into the fusion e-graph, so its extraction starts there:
+    # the extracted kernels themselves, not a fallback, are at or below it
     _, _, _, _, response = zoo_case
     fusion = response["report"]["fusion"]
-    assert fusion["chosen"] == "egraph"
-    assert fusion["egraph_s"] <= fusion["greedy_s"] * (1 + 1e-9)
+    assert fusion["chosen"] != "baseline"
+    assert fusion["egraph_s"] <= fusion["baseline_s"] * (1 + 1e-9)
 
 
 def test_matmul_chain_is_reassociated_where_the_cost_model_says_it_pays():
@@ -71,9 +72,11 @@ def test_matmul_chain_is_reassociated_where_the_cost_model_says_it_pays():
 def test_weight_only_matmul_chain_is_precomputed_once():
     fn, args = ZOO["matmul_chain"]()
     response = optimize(capture(fn, *args, weight_argnums=WEIGHT_ARGNUMS["matmul_chain"]))
-    assert len(response["kernels"]) == 1  # x @ (the weight product, folded ahead of time)
+    (kernel,) = response["kernels"]  # x @ (the weight product, folded ahead of time)
+    assert kernel["ops"].count("dot_general") == 1
     assert response["estimate"]["precompute"]["time_s"] > 0
-    assert response["estimate"]["speedup_vs_baseline"] > 2
+    # the fair baseline runs the written chain's GEMMs back to back in one kernel; one is left
+    assert response["estimate"]["speedup_vs_baseline"] > 1.5
 
 
 def test_no_rules_round_trip_returns_the_same_program():
@@ -148,8 +151,8 @@ def test_a_search_on_another_thread_leaves_no_egraph_for_this_thread_to_drop():
 
 
 def test_a_gain_below_the_profiles_min_speedup_returns_the_original():
-    fn, args = ZOO["mlp2"]()
-    program = capture(fn, *args, weight_argnums=WEIGHT_ARGNUMS["mlp2"])
+    fn, args = ZOO["rnn_unrolled"]()
+    program = capture(fn, *args, weight_argnums=WEIGHT_ARGNUMS["rnn_unrolled"])
     gained = optimize(copy.deepcopy(program), "optu-v1")
     speedup = gained["estimate"]["speedup_vs_baseline"]
     assert gained["program"] != program and speedup > 1.05
