@@ -24,6 +24,7 @@ bench: $(STAMP)
 	$(PY) -m bench.run
 	$(PY) -m bench.scaling
 	$(PY) -m bench.time_limits
+	$(PY) -m bench.never_worse
 	$(PY) -m bench.cpu_speed
 	$(PY) -m bench.calibration
 	$(PY) -m bench.load

@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from bench import ceiling, cpu_speed, run, scaling, time_limits
+from bench import ceiling, cpu_speed, never_worse, run, scaling, time_limits
 from bench.models.registry import LARGE, MODELS, RNN_AND_CHAINS, SMALL, build
 from bench.models.variants import MODELS_WITH_ALTERNATIVES, alternatives
 from bench.report import geomean, update_readme
@@ -151,3 +151,12 @@ def test_readme_tables_are_replaced_between_markers_and_new_pairs_added(tmp_path
     assert text.index("<!-- bench:end -->") < text.index("scaling v2") < text.index("speed table")
     assert text.endswith("tail\n")
     assert geomean([1.0, 4.0]) == pytest.approx(2.0) and geomean([]) is None
+
+
+def test_never_worse_benchmark_reports_each_profile(tmp_path):
+    out = tmp_path / "never_worse.json"
+    (row,) = never_worse.main(["--models", "mlp2", "--profiles", "optu-v1", "cpu-host", "--out", str(out),
+                               "--no-readme"])
+    for profile in ("optu-v1", "cpu-host"):
+        assert row[profile]["speedup_vs_baseline"] >= 1.0 and row[profile]["validation"] in ("passed", "identical")
+    assert "below 1.00x anywhere: none" in never_worse.table([row], ["optu-v1", "cpu-host"], run.machine())
