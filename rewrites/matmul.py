@@ -113,3 +113,14 @@ MATMUL.add("expand-matmul-add", "real",
                 eq(sb).to(shape(C)), eq(dt).to(dtype(outer)))
            .then(union(outer).with_(Term.binary("add", mm(A, B, e1), mm(A, C, e1), NONE)),
                  *typed(mm(A, B, e1), Vec[i64](sa[0], sb[1]), dt), *typed(mm(A, C, e1), Vec[i64](sa[0], sb[1]), dt)))
+# x@W1 + h@W2 -> concat(x, h) @ concat(W1; W2): one sweep of the weight tiles, the partial sums
+# added optically in one readout instead of a vector add (an RNN step, a gated unit). Guards:
+# matrices of matching rows and columns (the add may broadcast a size-1 dim: then no concat fits),
+# one dot params id, x and h of one dtype, W1 and W2 of one dtype.
+MATMUL.add("accumulate-matmuls", "real",
+           rule(eq(outer).to(Term.binary("add", mm(A, B, e1), mm(S, C, e1), e2)),
+                *rank(2, (A, sa), (B, sb), (S, ss), (C, sc)), eq(sa[0]).to(ss[0]), eq(sb[1]).to(sc[1]),
+                eq(dt).to(dtype(A)), eq(dt).to(dtype(S)), eq(db).to(dtype(B)), eq(db).to(dtype(C)))
+           .then(union(outer).with_(mm(Term.concat(Vec[Term](A, S), 1), Term.concat(Vec[Term](B, C), 0), e1)),
+                 *typed(Term.concat(Vec[Term](A, S), 1), Vec[i64](sa[0], sa[1] + ss[1]), dt),
+                 *typed(Term.concat(Vec[Term](B, C), 0), Vec[i64](sb[0] + sc[0], sb[1]), db)))

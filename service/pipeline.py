@@ -20,7 +20,7 @@ from lowering.to_jax import typecheck
 from lowering.validate import validate
 from service.background_validation import BackgroundValidation
 from service.control_flow import nested_program_count, optimize_nested
-from service.loop_hoist import hoist_if_cheaper
+from service.loop_hoist import hoist_scan_projections
 from service.loop_invariants import hoist_loop_invariants
 from service.options import OptimizeOptions
 from service.partition import find_pieces, search_pieces
@@ -58,21 +58,14 @@ def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | N
         written, moved = hoist_loop_invariants(program) if options.rules else (program, 0)
         if moved:
             notes.append(f"moved {moved} loop-invariant equation(s) out of loop bodies")
-        hoisted, count = hoist_if_cheaper(written, profile) if options.rules and options.fp_mode == "real" \
-            else (written, 0)
-        if count:
-            notes.append(f"hoisted {count} loop-invariant GEMM(s) out of scan bodies")
-        limit, started = budget(options).time_limit_s, time.perf_counter()
-        share = limit / (1 + nested_program_count(hoisted))  # bodies share the request's time limit
-        body_options = options.model_copy(update={"time_limit_s": share})
-        nested, control_flow = optimize_nested(hoisted, lambda body: optimize(body, profile, body_options))
-        options = options.model_copy(update={"time_limit_s": max(share, limit - (time.perf_counter() - started))})
+        nested, others, control_flow, remaining = _loops(written, profile, options, notes)
+        options = options.model_copy(update={"time_limit_s": remaining})
     with stage(timings, "partition"):
         pieces = find_pieces(nested) if options.rules else None
     overlap = options.validate_result and pieces is None  # a piecewise search has no early algebraic optimum
     with BackgroundValidation(program, options.fp_mode, timings) if overlap else nullcontext() as early:
         if pieces is None:
-            found = search(nested, profile, options, timings, early, reference=written)
+            found = search(nested, profile, options, timings, early, alternatives=[written, *others])
         else:  # an encoder's layers: each kind of piece searched once, in a share of the time limit
             share = budget(options).time_limit_s / len({p.signature for p in pieces})
             piece_options = options.model_copy(update={"time_limit_s": share})
@@ -103,6 +96,31 @@ def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | N
         "report": _report(found, fusion_report, timings, notes, control_flow, program, candidate),
         "cache": "miss",
     }
+
+
+def _loops(written: dict[str, Any], profile: HardwareProfile, options: OptimizeOptions,
+           notes: list[str]) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]], float]:
+    """Loop bodies optimized through the whole pipeline, with and without the scans' per-step
+    input projections hoisted into one GEMM over every step (real mode), the loops' new invariants
+    (a weight concatenated in a body) moved out again; the cheaper under the baseline's policy is
+    searched, the other joins the kernel e-graph. Bodies share the request's time limit; what they
+    leave of it is returned for the search."""
+    variants = [(written, 0)]
+    if options.rules and options.fp_mode == "real":
+        hoisted, count = hoist_scan_projections(written)
+        variants += [(hoisted, count)] if count else []
+    limit, started = budget(options).time_limit_s, time.perf_counter()
+    share = limit / (1 + sum(nested_program_count(v) for v, _ in variants))
+    body_options = options.model_copy(update={"time_limit_s": share})
+    done = []
+    for variant, count in variants:
+        nested, report = optimize_nested(variant, lambda body: optimize(body, profile, body_options))
+        done.append((hoist_loop_invariants(nested)[0] if options.rules else nested, count, report))
+    best = min(done, key=lambda d: build_kernel_program(d[0], profile).total.time_s)
+    if best[1]:
+        notes.append(f"hoisted {best[1]} loop-invariant GEMM(s) out of scan bodies")
+    remaining = max(share, limit - (time.perf_counter() - started))
+    return best[0], [d[0] for d in done if d is not best], best[2], remaining
 
 
 def _kernels(found: Search, written: dict[str, Any], baseline: KernelProgram, profile: HardwareProfile,

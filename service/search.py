@@ -100,17 +100,17 @@ def static_classes(view: EGraphView, program: dict, precompute_weights: bool = T
 
 def search(program: dict[str, Any], profile: HardwareProfile, options: OptimizeOptions,
            timings: dict[str, float], validation: BackgroundValidation | None = None,
-           reference: dict[str, Any] | None = None) -> Search:
+           alternatives: Sequence[dict[str, Any]] = ()) -> Search:
     """Search one (type-checked, control-flow-optimized) program; stage times add to `timings`.
     `validation` gets the algebraic optimum as soon as it is known (fusion only regroups it).
-    `reference` (the baseline's program, with the same inputs and consts) joins the kernel
-    e-graph, so its kernels are a choice too."""
+    `alternatives` (equivalent programs over the same inputs and consts: the baseline's, other
+    loop variants) join the kernel e-graph, so their kernels are a choice too."""
     with ExitStack() as egraphs:  # each dropped on this thread when the search ends (LoadedProgram.close)
-        return _search(program, profile, options, timings, validation, egraphs, reference)
+        return _search(program, profile, options, timings, validation, egraphs, alternatives)
 
 
 def _search(program: dict[str, Any], profile: HardwareProfile, options: OptimizeOptions, timings: dict[str, float],
-            validation: BackgroundValidation | None, egraphs: ExitStack, reference: dict[str, Any] | None) -> Search:
+            validation: BackgroundValidation | None, egraphs: ExitStack, alternatives: Sequence[dict[str, Any]]) -> Search:
     with stage(timings, "ingest"):
         loaded = egraphs.enter_context(ingest(program))
     with stage(timings, "saturate"):
@@ -129,13 +129,15 @@ def _search(program: dict[str, Any], profile: HardwareProfile, options: Optimize
     if validation is not None:
         validation.start(algebraic)
     with stage(timings, "fuse"):
-        # The program, the baseline's and each distinct algebra, in one e-graph (their outputs are
-        # one class): extraction weighs every policy's kernels over each, and can mix them.
-        alternatives = []
-        for candidate in [reference or program, *untrimmed]:
-            if candidate != program and candidate not in alternatives:
-                alternatives.append(candidate)
-        fused = egraphs.enter_context(ingest(program, alternatives))  # all consts kept: var indices agree
+        # The program, the alternatives and each distinct algebra, in one e-graph (their outputs
+        # are one class): extraction weighs every policy's kernels over each, and can mix them.
+        leaves = {s["name"] for s in [*program["inputs"], *program.get("consts", [])]}
+        distinct: list[dict[str, Any]] = []
+        for candidate in [*alternatives, *untrimmed]:
+            reads = {s["name"] for s in [*candidate["inputs"], *candidate.get("consts", [])]}
+            if candidate != program and candidate not in distinct and reads <= leaves:  # var indices agree
+                distinct.append(candidate)
+        fused = egraphs.enter_context(ingest(program, distinct))  # all consts kept: var indices agree
         fusion = saturate(fused.egraph, FUSION_ONLY if options.rules else NO_RULES, budget(options))
         seeds = []
         for tag, candidate in enumerate(fused.programs if options.rules else []):

@@ -44,6 +44,9 @@ scaled = pair.map(lambda c: ([*c[0], ()], {}))
 column_scaled = pair.map(lambda c: ([*c[0], (c[0][1][1],)], {}))
 # x[m, k], w1[k, n], w2[k, n]
 two_weights = pair.map(lambda c: ([*c[0], c[0][1]], {}))
+# x[m, k1], w1[k1, n], h[m, k2], w2[k2, n]
+two_products = st.tuples(dims(), dims(), dims(), dims()).map(
+    lambda d: ([(d[0], d[1]), (d[1], d[3]), (d[0], d[2]), (d[2], d[3])], {}))
 
 
 def broadcast(x, shape, dims):
@@ -78,6 +81,9 @@ CASES: dict[str, RuleCase] = {
                                          lambda x, w, v: x @ (w * columns(v, w)), column_scaled),
     "factor-matmul-add": RuleCase(lambda x, w1, w2: x @ w1 + x @ w2, lambda x, w1, w2: x @ (w1 + w2), two_weights),
     "expand-matmul-add": RuleCase(lambda x, w1, w2: x @ (w1 + w2), lambda x, w1, w2: x @ w1 + x @ w2, two_weights),
+    "accumulate-matmuls": RuleCase(lambda x, w1, h, w2: x @ w1 + h @ w2,
+                                   lambda x, w1, h, w2: jnp.concatenate([x, h], 1) @ jnp.concatenate([w1, w2], 0),
+                                   two_products),
 }
 
 
@@ -244,6 +250,20 @@ def test_factor_matmul_add_needs_a_shared_left_operand():
     alone = saturate_fn(lambda x1, x2, w1, w2: x1 @ w1 + x2 @ w2, [x1, x2, w1, w2], [MATMUL],
                         only=["factor-matmul-add"])
     assert "factor-matmul-add" not in alone.report.rules_fired
+
+
+def test_accumulated_products_keep_each_input_with_its_own_weight():
+    x, h, w1, w2 = random_args(14, [(3, 4), (3, 4), (4, 5), (4, 5)])
+    assert not proves_equal(lambda x, h, w1, w2: x @ w1 + h @ w2,
+                            lambda x, h, w1, w2: jnp.concatenate([x, h], 1) @ jnp.concatenate([w2, w1], 0),
+                            [x, h, w1, w2], [MATMUL])
+
+
+def test_products_a_broadcasting_add_sums_are_not_accumulated():
+    # x@w1 is [1, 5], h@w2 [3, 5]: the add broadcasts the row, and no concatenation of x and h exists
+    x, h, w1, w2 = random_args(15, [(1, 4), (3, 4), (4, 5), (4, 5)])
+    result = saturate_fn(lambda x, h, w1, w2: x @ w1 + h @ w2, [x, h, w1, w2], [MATMUL], only=["accumulate-matmuls"])
+    assert "accumulate-matmuls" not in result.report.rules_fired and not ill_typed_nodes(result)
 
 
 def test_folded_transposes_contract_the_right_dims():
