@@ -164,3 +164,45 @@ def _inflates(eqn: dict[str, Any], avals: dict[str, dict]) -> bool:
 def _names(program: dict[str, Any]) -> set[str]:
     specs = [*program["inputs"], *program.get("consts", []), *(o for e in program["eqns"] for o in e["out"])]
     return {s["name"] for s in specs}
+
+
+def drop_unused_loop_inputs(program: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """A copy of `program` without the loop constants (and scanned inputs) no body reads any more,
+    and how many went: a hoisted projection leaves its weight and its per-step input unread, and
+    every step would still carry them in (XLA's while-loop simplifier drops them too)."""
+    result = copy.deepcopy(program)
+    dropped = _drop_in(result)
+    return (result, dropped) if dropped else (program, 0)
+
+
+def _drop_in(program: dict[str, Any]) -> int:
+    dropped = 0
+    for eqn in program["eqns"]:
+        for body in _nested_loop_hosts(eqn):
+            dropped += _drop_in(body)
+        params = eqn.get("params") or {}
+        if eqn["op"] == "scan":
+            body = params["jaxpr"]["program"]
+            n_consts, n_carry = int(params.get("num_consts", 0)), int(params.get("num_carry", 0))
+            unread = [k for k in range(len(body["inputs"])) if not n_consts <= k < n_consts + n_carry
+                      and body["inputs"][k]["name"] not in _reads(body)]
+            for k in reversed(unread):  # a scanned input may go too: the scan's `length` stays
+                del body["inputs"][k], eqn["in"][k]
+            params["num_consts"] = n_consts - sum(k < n_consts for k in unread)
+            dropped += len(unread)
+        elif eqn["op"] == "while":
+            start = 0
+            for key, n_key in _LOOP_BODIES["while"]:
+                body, n_consts = params[key]["program"], int(params.get(n_key, 0))
+                unread = [k for k in range(n_consts) if body["inputs"][k]["name"] not in _reads(body)]
+                for k in reversed(unread):
+                    del body["inputs"][k], eqn["in"][start + k]
+                params[n_key] = n_consts - len(unread)
+                start += params[n_key]
+                dropped += len(unread)
+    return dropped
+
+
+def _reads(body: dict[str, Any]) -> set[str]:
+    return {a for e in body["eqns"] for a in e["in"] if isinstance(a, str)} | \
+        {o for o in body["outputs"] if isinstance(o, str)}

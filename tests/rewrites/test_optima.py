@@ -64,11 +64,10 @@ def test_qkv_projections_of_one_input_become_one_matmul():
     assert response["validation"]["status"] == "passed"
 
 
-def test_rnn_input_projections_are_merged_into_one_matmul():
-    steps, batch, n_in, n_hid = 8, 4, 16, 32
+def _unrolled_rnn(n_in: int, steps: int = 8, batch: int = 4, n_hid: int = 32):
     rng = np.random.default_rng(2)
     xs = rng.normal(size=(steps, batch, n_in)).astype(np.float32)
-    wx = (rng.normal(size=(n_in, n_hid)) / 4).astype(np.float32)
+    wx = (rng.normal(size=(n_in, n_hid)) / np.sqrt(n_in)).astype(np.float32)
     wh = (rng.normal(size=(n_hid, n_hid)) / 6).astype(np.float32)
 
     def rnn(xs, wx, wh):
@@ -77,9 +76,26 @@ def test_rnn_input_projections_are_merged_into_one_matmul():
             h = jnp.tanh(xs[t] @ wx + h @ wh)
         return h
 
-    response = optimize(capture(rnn, xs, wx, wh, weight_argnums=(1, 2)), options={"iter_limit": 12})
+    return capture(rnn, xs, wx, wh, weight_argnums=(1, 2))
+
+
+def test_rnn_input_projections_are_merged_into_one_matmul():
+    # x_t @ wx fills a whole weight tile (K = 128): one product over every step loads it once,
+    # where accumulating each step's two products in one would need two K tiles a step anyway
+    steps, batch, n_hid = 8, 4, 32
+    response = optimize(_unrolled_rnn(128, steps, batch, n_hid), options={"iter_limit": 12})
     projections = [e for e in response["program"]["eqns"] if e["op"] == "dot_general" and e["in"][1] == "in1"]
     assert len(projections) == 1 and projections[0]["out"][0]["shape"] == [steps * batch, n_hid]
+    assert response["validation"]["status"] == "passed"
+
+
+def test_a_small_rnn_step_accumulates_both_products_in_one():
+    # K = 16 + 32 fits one weight tile: concat(x_t, h) @ concat(wx; wh) is one tile a step, not two
+    response = optimize(_unrolled_rnn(16), options={"iter_limit": 12})
+    gemms = [e for e in response["program"]["eqns"] if e["op"] == "dot_general"]
+    assert len(gemms) == 8 and all(e["out"][0]["shape"] == [4, 32] for e in gemms)
+    assert response["report"]["rewrites"]["accumulate-matmuls"] >= 1
+    assert [k["tiling"]["weight_loads"] for k in response["kernels"]] == [8]
     assert response["validation"]["status"] == "passed"
 
 

@@ -14,7 +14,7 @@ from lowering.to_jax import primitive_table, program_to_callable, typecheck
 from lowering.validate import validate
 from service.capture import capture
 from service.loop_hoist import hoist_scan_projections
-from service.loop_invariants import PURE_OPS, hoist_loop_invariants
+from service.loop_invariants import PURE_OPS, drop_unused_loop_inputs, hoist_loop_invariants
 from service.wire import encode_array
 
 RNG = np.random.default_rng(0)
@@ -217,3 +217,34 @@ def test_a_body_embedded_constant_is_copied_out_with_the_work_that_reads_it():
     assert hoisted["eqns"][0]["in"][1] == hoisted["consts"][0]["name"]
     _aligned(hoisted)
     _identical(program, hoisted, RNN_ARGS)
+
+
+def test_loop_inputs_no_body_reads_are_dropped_and_the_rest_stay_aligned():
+    def fn(xs, ys, w, h0):
+        def scan_body(h, xy):
+            x, _ = xy  # the second scanned input is never read
+            return jnp.tanh(x @ w + h), h
+
+        h, hs = lax.scan(scan_body, h0, (xs, ys))
+        _, g = lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1] @ w), (0, h))
+        return hs, g
+
+    args = _arrays((5, 4, 8), (5, 4, 8), (8, 8), (4, 8))
+    program = capture(fn, *args)
+    # the while body is handed one more constant it never reads (w again, under a new name)
+    loop = _loop(program, "while")
+    body, n_cond = loop["params"]["body_jaxpr"]["program"], loop["params"]["cond_nconsts"]
+    body["inputs"].insert(0, {"name": "spare", "shape": [8, 8], "dtype": "float32"})
+    loop["in"].insert(n_cond, "in2")
+    loop["params"]["body_nconsts"] += 1
+    typecheck(program)
+
+    dropped_program, dropped = drop_unused_loop_inputs(program)
+    assert dropped == 2
+    assert len(_loop(dropped_program, "scan")["in"]) == len(_loop(program, "scan")["in"]) - 1  # ys
+    kept = _loop(dropped_program, "while")
+    assert kept["params"]["body_nconsts"] == loop["params"]["body_nconsts"] - 1
+    assert "spare" not in [s["name"] for s in kept["params"]["body_jaxpr"]["program"]["inputs"]]
+    _aligned(dropped_program)
+    _identical(program, dropped_program, args)
+    assert drop_unused_loop_inputs(dropped_program) == (dropped_program, 0)
