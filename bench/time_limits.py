@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 from bench.models.registry import capture_model
 from bench.report import RESULTS_DIR, fmt_ratio, fmt_time, machine, machine_line, publish
-from costmodel.kernel_cost import gemm_chained_time, gemm_kernel_time
+from costmodel.kernel_cost import proxies
 from costmodel.profile import HardwareProfile, load_profile
 from lowering.kernels import build_kernel_program
 from rewrites.chain_order import Order, cheapest_order, find_chains
@@ -63,7 +63,7 @@ def chain_ceiling(program: dict[str, Any], profile: HardwareProfile) -> float | 
         return None
     chain = chains[0]
     best = None
-    for price in (gemm_kernel_time, gemm_chained_time):
+    for price in proxies(profile).values():
         cost = partial(price, profile, chain.params, chain.dtype)
         _, order = cheapest_order(chain.dims, cost)
         time_s = build_kernel_program(_chain_program(program, chain, order), profile).total.time_s

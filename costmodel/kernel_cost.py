@@ -12,7 +12,7 @@ folds them into their readers.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Literal
 
 from costmodel.egraph_view import BodyNode, EClass, EGraphView, ENode, kernel_body_ops
@@ -111,6 +111,13 @@ def tee_requirements(view: EGraphView) -> list[tuple[str, str]]:
 
 
 Proxy = Literal["epilogues", "chained"]  # how the algebra stage anticipates the kernels (NodeCoster)
+
+
+def proxies(profile: HardwareProfile) -> dict[Proxy, Callable[..., float]]:
+    """The algebra's proxies for a profile, each with its price of one matrix product (the
+    matrix-chain order is seeded under each): `chained` only where GEMMs run back to back."""
+    both: dict[Proxy, Callable[..., float]] = {"epilogues": gemm_kernel_time, "chained": gemm_chained_time}
+    return both if profile.kernel.max_gemms > 1 else {"epilogues": gemm_kernel_time}
 
 
 class NodeCoster:

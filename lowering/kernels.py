@@ -128,7 +128,7 @@ class _Placer:
         self.kernels: list[Kernel] = []
         self.precompute: list[Kernel] = []
         self.producer: dict[str, Kernel] = {}
-        self.reads: dict[int, set[str]] = {}  # per kernel (by identity): the values it reads or computes
+        self.reads: dict[Kernel, set[str]] = {}  # per kernel: the values its equations read
         self.deferred: dict[str, int] = {}  # view output -> its equation, placed in each reader
         self.escaping = {o for o in program["outputs"] if isinstance(o, str)}
 
@@ -148,7 +148,7 @@ class _Placer:
                 self.escaping.add(a)
         kernel.eqns.append(index)
         self.producer.update((o["name"], kernel) for o in self.eqns[index]["out"])
-        self.reads.setdefault(id(kernel), set()).update(a for a in self.eqns[index]["in"] if isinstance(a, str))
+        self.reads.setdefault(kernel, set()).update(a for a in self.eqns[index]["in"] if isinstance(a, str))
 
     def defer(self, index: int) -> None:
         self.deferred.update((o["name"], index) for o in self.eqns[index]["out"])
@@ -195,7 +195,7 @@ def _assign_greedy(placer: _Placer, static: set[str], policy: FusionPolicy, max_
             continue
         else:
             options = [max(producers, key=lambda k: k.id)] if producers and policy.vertical else []
-            if policy.siblings and per_call and (not producers or placer.reads.get(id(per_call[-1]), set()) & set(names)):
+            if policy.siblings and per_call and (not producers or placer.reads.get(per_call[-1], set()) & set(names)):
                 options.append(per_call[-1])
             target = next((k for k in options if _fits(placer, k, cost, max_gemms)), None) or placer.open(per_call=True)
         placer.place(index, target)

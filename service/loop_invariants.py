@@ -30,6 +30,13 @@ _LOOP_BODIES = {"scan": [("jaxpr", "num_consts")],
                 "while": [("cond_jaxpr", "cond_nconsts"), ("body_jaxpr", "body_nconsts")]}
 
 
+def tidy_loops(program: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """What a conventional compiler does to loops: invariant equations moved out, then the loop
+    inputs no body reads dropped; how many equations moved."""
+    hoisted, moved = hoist_loop_invariants(program)
+    return drop_unused_loop_inputs(hoisted)[0], moved
+
+
 def hoist_loop_invariants(program: dict[str, Any]) -> tuple[dict[str, Any], int]:
     """A copy of `program` with the invariant equations of every `scan` and `while` body (nested
     loops included, innermost first) moved before their loop, and how many equations moved."""

@@ -21,7 +21,7 @@ from lowering.validate import validate
 from service.background_validation import BackgroundValidation
 from service.control_flow import nested_program_count, optimize_nested
 from service.loop_hoist import hoist_scan_projections
-from service.loop_invariants import drop_unused_loop_inputs, hoist_loop_invariants
+from service.loop_invariants import tidy_loops
 from service.options import OptimizeOptions
 from service.partition import find_pieces, search_pieces
 from service.search import Search, budget, search, stage
@@ -56,8 +56,7 @@ def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | N
     with stage(timings, "control_flow"):  # bodies first; `program` stays the validation reference
         # Loop-invariant code motion is what a conventional compiler does too (XLA's while-loop
         # LICM): the program the baseline is priced on, and what the optimizer starts from.
-        written, moved = hoist_loop_invariants(program) if options.rules else (program, 0)
-        written = drop_unused_loop_inputs(written)[0] if options.rules else written
+        written, moved = tidy_loops(program) if options.rules else (program, 0)
         if moved:
             notes.append(f"moved {moved} loop-invariant equation(s) out of loop bodies")
         nested, others, control_flow, remaining = _loops(written, profile, options, notes)
@@ -117,9 +116,7 @@ def _loops(written: dict[str, Any], profile: HardwareProfile, options: OptimizeO
     done = []
     for variant, count in variants:
         nested, report = optimize_nested(variant, lambda body: optimize(body, profile, body_options))
-        if options.rules:
-            nested = drop_unused_loop_inputs(hoist_loop_invariants(nested)[0])[0]
-        done.append((nested, count, report))
+        done.append((tidy_loops(nested)[0] if options.rules else nested, count, report))
     best = min(done, key=lambda d: build_kernel_program(d[0], profile).total.time_s)
     if best[1]:
         notes.append(f"hoisted {best[1]} loop-invariant GEMM(s) out of scan bodies")

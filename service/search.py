@@ -15,8 +15,7 @@ from typing import Any
 from costmodel.egraph_view import EGraphView, view_egraph
 from costmodel.extract import Exclusive, Extraction, Requires, drop_dominated, extract_greedy_dag
 from costmodel.ilp import cheaper, extract_auto, extract_ilp
-from costmodel.kernel_cost import (NodeCoster, Proxy, gemm_chained_time, gemm_exclusive_groups, gemm_kernel_time,
-                                   tee_requirements)
+from costmodel.kernel_cost import NodeCoster, Proxy, gemm_exclusive_groups, proxies, tee_requirements
 from costmodel.profile import HardwareProfile
 from costmodel.warm_start import seeded_extraction
 from lowering.emit import ExtractionCycle, emit_program, without_unused_consts
@@ -43,7 +42,8 @@ class Search:
     """What the search chose for one program. `candidate` (None when extraction made a cycle)
     computes the program with the equations of each kernel in `groups`; `algebraic` is the
     algebraic optimum under the first proxy (validated early, beside the fusion stage);
-    `programs` counts the programs the kernel e-graph held (the original and distinct algebras)."""
+    `programs` counts the programs the kernel e-graph held (the program, its alternatives and the
+    distinct algebras)."""
 
     candidate: dict[str, Any] | None
     groups: list[list[int]]
@@ -115,7 +115,7 @@ def _search(program: dict[str, Any], profile: HardwareProfile, options: Optimize
         loaded = egraphs.enter_context(ingest(program))
     with stage(timings, "saturate"):
         if options.rules and options.fp_mode == "real":  # matmul associativity: real arithmetic only
-            seed_chain_orders(loaded, [partial(price, profile) for price in _chain_prices(profile)],
+            seed_chain_orders(loaded, [partial(price, profile) for price in proxies(profile).values()],
                               static_names(program, profile.kernel.precompute_weights))
         saturation = saturate(loaded.egraph, SCHEDULES[options.fp_mode] if options.rules else NO_RULES,
                               budget(options))
@@ -123,7 +123,7 @@ def _search(program: dict[str, Any], profile: HardwareProfile, options: Optimize
         validation.settle()  # the inputs are drawn by now: collection need not wait through extraction
     with stage(timings, "extract"):
         view = view_egraph(loaded.egraph)
-        algebras = [_extract_stage(view, loaded, profile, program, options, proxy) for proxy in _proxies(profile)]
+        algebras = [_extract_stage(view, loaded, profile, program, options, proxy) for proxy in proxies(profile)]
         untrimmed = [emit_program(view, a.choice, loaded.params, program).program for a in algebras]
         algebraic = without_unused_consts(untrimmed[0])  # eqn indices are unchanged
     if validation is not None:
@@ -159,17 +159,6 @@ def _search(program: dict[str, Any], profile: HardwareProfile, options: Optimize
         except ExtractionCycle as err:
             result.cycle = str(err)
     return result
-
-
-def _proxies(profile: HardwareProfile) -> list[Proxy]:
-    """How the algebra is priced, one extraction each: with vector epilogues fused, and where the
-    profile runs GEMMs back to back, with GEMMs chained too."""
-    return ["epilogues", "chained"] if profile.kernel.max_gemms > 1 else ["epilogues"]
-
-
-def _chain_prices(profile: HardwareProfile) -> list:
-    """Prices of one product for the matrix-chain order, one order seeded each (as `_proxies`)."""
-    return [gemm_kernel_time, gemm_chained_time] if profile.kernel.max_gemms > 1 else [gemm_kernel_time]
 
 
 def _extract(view: EGraphView, cost, options: OptimizeOptions, time_limit_s: float,
