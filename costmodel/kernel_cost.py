@@ -79,6 +79,30 @@ def read_bytes(view: EGraphView) -> dict[str, int]:
     return result
 
 
+def static_classes(view: EGraphView, program: dict, precompute_weights: bool = True) -> set[str]:
+    """E-classes computable from constants, and from weights when the profile precomputes
+    weight-only work (then free per call)."""
+    n_inputs = len(program["inputs"])
+    weights = {i for i, s in enumerate(program["inputs"]) if precompute_weights and s.get("role") == "weight"}
+    static: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for cid, cls in view.classes.items():
+            if cid in static:
+                continue
+            for node in cls.nodes:
+                if node.op == "var":
+                    ok = int(node.attrs[0]) >= n_inputs or int(node.attrs[0]) in weights
+                else:
+                    ok = node.op != "opaque" and all(c in static for c in node.children)
+                if ok:
+                    static.add(cid)
+                    changed = True
+                    break
+    return static
+
+
 KERNEL_OPS = frozenset(["kernel", "kernel_tee"])  # nodes that compute a fused body
 
 

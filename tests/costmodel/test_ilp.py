@@ -222,8 +222,7 @@ def test_ilp_on_a_real_qkv_egraph():
     from rewrites.ingest import ingest
     from rewrites.schedule import SCHEDULES, Budget, saturate
     from service.capture import capture
-    from costmodel.kernel_cost import NodeCoster
-    from service.search import static_classes
+    from costmodel.kernel_cost import NodeCoster, static_classes
 
     x, w = jnp.zeros((64, 96), jnp.float32), jnp.zeros((96, 40), jnp.float32)
     program = capture(lambda x, wq, wk, wv: (x @ wq, x @ wk, x @ wv), x, w, w, w,

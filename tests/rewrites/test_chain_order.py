@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from costmodel.egraph_view import view_egraph
 from costmodel.extract import extract_greedy_dag
-from costmodel.kernel_cost import NodeCoster, gemm_kernel_time
+from costmodel.kernel_cost import NodeCoster, gemm_kernel_time, static_classes
 from costmodel.profile import load_profile
 from lowering.emit import emit_program
 from lowering.validate import validate
@@ -20,7 +20,6 @@ from rewrites.ingest import ingest
 from rewrites.schedule import NO_RULES, Budget, saturate
 from service.capture import capture
 from service.pipeline import optimize
-from service.search import static_classes
 
 PROFILE = load_profile("optu-v1")
 DIMS = [2048, 16, 2048, 16, 2048, 8, 1024, 4, 512]  # left to right makes 2048 x 2048 products

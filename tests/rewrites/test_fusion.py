@@ -12,7 +12,8 @@ import pytest
 from costmodel.egraph_view import view_egraph
 from costmodel.extract import drop_dominated, extract_greedy_dag
 from costmodel.ilp import extract_ilp
-from costmodel.kernel_cost import KERNEL_OPS, NODE_EPSILON_S, NodeCoster, gemm_exclusive_groups, tee_requirements
+from costmodel.kernel_cost import (KERNEL_OPS, NODE_EPSILON_S, NodeCoster, gemm_exclusive_groups, static_classes,
+                                   tee_requirements)
 from costmodel.profile import load_profile, with_overrides
 from lowering.emit import emit_program
 from lowering.kernels import build_kernel_program
@@ -20,7 +21,6 @@ from lowering.validate import validate
 from rewrites.ingest import ingest
 from rewrites.schedule import FUSION_ONLY, Budget, saturate
 from service.capture import capture
-from service.search import static_classes
 
 PROFILE = load_profile("optu-v1")
 RNG = np.random.default_rng(0)

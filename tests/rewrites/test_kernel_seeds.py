@@ -10,7 +10,8 @@ from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
 from costmodel.egraph_view import view_egraph
 from costmodel.extract import drop_dominated
 from costmodel.ilp import extract_ilp
-from costmodel.kernel_cost import KERNEL_OPS, NODE_EPSILON_S, NodeCoster, gemm_exclusive_groups, tee_requirements
+from costmodel.kernel_cost import (KERNEL_OPS, NODE_EPSILON_S, NodeCoster, gemm_exclusive_groups, static_classes,
+                                   tee_requirements)
 from costmodel.profile import load_profile, with_overrides
 from costmodel.warm_start import seeded_extraction
 from lowering.emit import emit_program
@@ -21,7 +22,6 @@ from rewrites.kernel_seeds import seed_kernels
 from rewrites.schedule import FUSION_ONLY, Budget, saturate
 from service.capture import capture
 from service.pipeline import optimize
-from service.search import static_classes
 
 PROFILE = load_profile("optu-v1")
 RNG = np.random.default_rng(1)
