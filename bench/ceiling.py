@@ -57,9 +57,11 @@ def alternative_errors(alts: dict[str, Callable], reference: Callable,
 
 
 def ceiling_model(name: str, fn: Callable, args: Sequence[Any], original: Callable, optimized: Callable,
-                  flat: list[Any], budget_s: float, settings: CeilingSettings) -> dict[str, Any]:
+                  flat: list[Any], budget_s: float, settings: CeilingSettings, same_program: bool = False
+                  ) -> dict[str, Any]:
     """`original` and `optimized` (jitted wire programs of the flat inputs) and each alternative of
-    `fn(*args)`, timed together; the ceiling is the fastest alternative."""
+    `fn(*args)`, timed together; the ceiling is the fastest alternative. Where the optimizer
+    returned the original (`same_program`), their ratio is this machine's noise, not a verdict."""
     treedef = jax.tree_util.tree_structure(tuple(args))
     alts = {key: jax.jit(lambda *leaves, f=f: f(*jax.tree_util.tree_unflatten(treedef, leaves)))
             for key, f in alternatives(name, fn, args).items()}
@@ -70,7 +72,8 @@ def ceiling_model(name: str, fn: Callable, args: Sequence[Any], original: Callab
     best = min(alts, key=lambda key: times[key]["median_s"])
     measured = times["original"]["median_s"] / times["optimized"]["median_s"]
     of_ceiling = times[best]["median_s"] / times["optimized"]["median_s"]
-    verdict = "slower" if measured < 1 - NOISE_BAND else "faster" if measured > 1 + NOISE_BAND else "noise"
+    verdict = "same program" if same_program else \
+        "slower" if measured < 1 - NOISE_BAND else "faster" if measured > 1 + NOISE_BAND else "noise"
     return {"model": name, "runs": timed["runs"], "reps": timed["reps"], "original": times["original"],
             "alternatives": {key: times[key] for key in alts}, "alternative_errors": errors,
             "ceiling": {"alternative": best, **times[best]}, "optimized": times["optimized"],
@@ -91,14 +94,17 @@ def summarize_ceiling(rows: list[dict[str, Any]], settings: CeilingSettings) -> 
             "models": [r["model"] for r in rows], "errors": [r["model"] for r in rows if "error" in r],
             "geomean_of_ceiling": geomean(r["of_ceiling"] for r in ok),
             "below_target": [r["model"] for r in ok if not r["meets_target"]],
-            "slower_beyond_noise": [r["model"] for r in ok if r["verdict"] == "slower"]}
+            "slower_beyond_noise": [r["model"] for r in ok if r["verdict"] == "slower"],
+            # one program timed twice: how far apart this machine puts identical programs
+            "same_program_range": [f(r["measured"] for r in ok if r["verdict"] == "same program")
+                                   if any(r["verdict"] == "same program" for r in ok) else None for f in (min, max)]}
 
 
 def _percent(x: float) -> str:
     return f"{100 * x:.0f}%"
 
 
-def ceiling_table(rows: list[dict[str, Any]], summary: dict[str, Any], unchanged: Sequence[str] = ()) -> str:
+def ceiling_table(rows: list[dict[str, Any]], summary: dict[str, Any]) -> str:
     """The README's second table: each chain/RNN model, its alternatives, ceiling and optimized."""
     lines = [f"Chains and RNNs against a measured ceiling: the fastest of the hand-written programs a "
              f"performance engineer would try under `jax.jit` (the program as written; a chain in its "
@@ -111,7 +117,11 @@ def ceiling_table(rows: list[dict[str, Any]], summary: dict[str, Any], unchanged
              f"Optimized speed as a share of the ceiling's, geometric mean: "
              f"**{_percent(summary['geomean_of_ceiling']) if summary['geomean_of_ceiling'] else 'n/a'}**; below "
              f"{_percent(summary['target'])} of the ceiling: {', '.join(summary['below_target']) or 'none'}; "
-             f"slower than the original beyond noise: {', '.join(summary['slower_beyond_noise']) or 'none'}.", "",
+             f"slower than the original beyond noise: {', '.join(summary['slower_beyond_noise']) or 'none'}"
+             + (f"; the same program timed twice (returned unchanged) measured "
+                f"{fmt_ratio(summary['same_program_range'][0])}-{fmt_ratio(summary['same_program_range'][1])}, "
+                f"this machine's noise beside the {1 - summary['noise_band']:.2f}x bound"
+                if summary["same_program_range"][0] is not None else "") + ".", "",
              "| model | original | hand-written (median) | ceiling | optimized | of ceiling | measured "
              "| rounds x calls |",
              "|---|---:|---|---:|---:|---:|---:|---:|"]
@@ -121,7 +131,7 @@ def ceiling_table(rows: list[dict[str, Any]], summary: dict[str, Any], unchanged
             continue
         alts = "; ".join(f"{LABELS.get(k, k)} {fmt_time(t['median_s'])}" for k, t in r["alternatives"].items())
         ceiling = r["ceiling"]
-        lines.append(f"| {r['model']}{' (unchanged)' if r['model'] in unchanged else ''} | "
+        lines.append(f"| {r['model']}{' (unchanged)' if r['verdict'] == 'same program' else ''} | "
                      f"{fmt_time(r['original']['median_s'])} | {alts} | {fmt_time(ceiling['median_s'])} "
                      f"({LABELS.get(ceiling['alternative'], ceiling['alternative'])}) | "
                      f"{fmt_time(r['optimized']['median_s'])} | **{_percent(r['of_ceiling'])}** | "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -206,7 +207,7 @@ def let_name(program: int, eqn: int, out: int) -> str:
     return f"{f'a{program}' if program else ''}e{eqn}_{out}"
 
 
-def ingest(program: dict[str, Any], alternatives: list[dict[str, Any]] = ()) -> LoadedProgram:
+def ingest(program: dict[str, Any], alternatives: Sequence[dict[str, Any]] = ()) -> LoadedProgram:
     """Load a (type-checked) wire program into a fresh e-graph; each alternative (an equivalent
     program over the same inputs and consts) is loaded too, its outputs unioned with the program's."""
     egraph, table = EGraph(), ParamsTable()
