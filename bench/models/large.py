@@ -1,4 +1,4 @@
-"""Benchmark-scale workloads (issue 7's zoo): realistic shapes, too big for the unit tests.
+"""Benchmark-scale workloads: realistic shapes, too big for the unit tests.
 
 Each entry builds `(fn, args, weight_argnums)`; arrays are seeded float32.
 """
@@ -116,6 +116,14 @@ def mlp_mixer_block(patches: int = 64, channels: int = 256, batch: int = 8) -> W
                 np.zeros(channels, np.float32)), (1, 2, 3, 4, 5, 6)
 
 
+def nas_cell(z):
+    """The NasRNN cell's combination of its eight gates (`z`: the step's projections, 8 x hidden)."""
+    g = jnp.split(z, 8, axis=-1)
+    a = jax.nn.sigmoid(g[0]) * jnp.tanh(g[1]) + jax.nn.relu(g[2]) * jax.nn.sigmoid(g[3])
+    b = jnp.tanh(g[4] + g[5]) * jax.nn.sigmoid(g[6] * g[7])
+    return jnp.tanh(a * b)
+
+
 def nasrnn(steps: int = 16, batch: int = 16, hidden: int = 256) -> Workload:
     """A NasRNN-style cell unrolled in Python: eight gates from x and h per step, combined."""
     rng = np.random.default_rng(23)
@@ -123,10 +131,7 @@ def nasrnn(steps: int = 16, batch: int = 16, hidden: int = 256) -> Workload:
     def fn(xs, wx, wh):
         h = jnp.zeros((batch, hidden), jnp.float32)
         for t in range(steps):
-            g = jnp.split(xs[t] @ wx + h @ wh, 8, axis=-1)
-            a = jax.nn.sigmoid(g[0]) * jnp.tanh(g[1]) + jax.nn.relu(g[2]) * jax.nn.sigmoid(g[3])
-            b = jnp.tanh(g[4] + g[5]) * jax.nn.sigmoid(g[6] * g[7])
-            h = jnp.tanh(a * b)
+            h = nas_cell(xs[t] @ wx + h @ wh)
         return h
 
     return fn, (normal(rng, steps, batch, hidden), normal(rng, hidden, 8 * hidden, scale=0.05),

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-import jax
 import jax.numpy as jnp
 from jax import lax
 
+from bench.models.large import nas_cell
+from bench.models.zoo import lstm_update
 from bench.models.registry import build
 from rewrites.chain_order import Order, cheapest_order
 
@@ -48,40 +49,27 @@ def _tanh_rnn_concat(xs, w_x, w_h, b):
     return h
 
 
-def _nas_cell(z):
-    g = jnp.split(z, 8, axis=-1)
-    a = jax.nn.sigmoid(g[0]) * jnp.tanh(g[1]) + jax.nn.relu(g[2]) * jax.nn.sigmoid(g[3])
-    b = jnp.tanh(g[4] + g[5]) * jax.nn.sigmoid(g[6] * g[7])
-    return jnp.tanh(a * b)
-
-
 def _nasrnn_hoisted(xs, wx, wh):
     steps, batch, hidden = xs.shape
     xw = (xs.reshape(steps * batch, hidden) @ wx).reshape(steps, batch, -1)
-    h = _nas_cell(xw[0])
+    h = nas_cell(xw[0])
     for t in range(1, steps):
-        h = _nas_cell(xw[t] + h @ wh)
+        h = nas_cell(xw[t] + h @ wh)
     return h
 
 
 def _nasrnn_concat(xs, wx, wh):
     w = jnp.concatenate([wx, wh])
-    h = _nas_cell(xs[0] @ wx)
+    h = nas_cell(xs[0] @ wx)
     for t in range(1, xs.shape[0]):
-        h = _nas_cell(jnp.concatenate([xs[t], h], axis=1) @ w)
+        h = nas_cell(jnp.concatenate([xs[t], h], axis=1) @ w)
     return h
-
-
-def _lstm_update(z, c):
-    i, f, g, o = jnp.split(z, 4, axis=-1)
-    c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
-    return jax.nn.sigmoid(o) * jnp.tanh(c), c
 
 
 def _lstm_scan(projected, step, batch, n_hid):
     def cell(carry, x):
         h, c = carry
-        h, c = _lstm_update(step(x, h), c)
+        h, c = lstm_update(step(x, h), c)
         return (h, c), h
 
     zeros = jnp.zeros((batch, n_hid), jnp.float32)

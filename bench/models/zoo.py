@@ -72,15 +72,20 @@ def convnet() -> Model:
                 normal(rng, 10))
 
 
+def lstm_update(z, c):
+    """An LSTM cell's state update from its four gates' projections `z`: (h, c)."""
+    i, f, g, o = jnp.split(z, 4, axis=-1)
+    c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+    return jax.nn.sigmoid(o) * jnp.tanh(c), c
+
+
 def lstm_layer(batch: int, n_hid: int):
     """An LSTM layer as `lax.scan` over time: fn(xs, w_x, w_h, b) -> (hs, h, c)."""
 
     def fn(xs, w_x, w_h, b):
         def cell(carry, x):
             h, c = carry
-            i, f, g, o = jnp.split(x @ w_x + h @ w_h + b, 4, axis=-1)
-            c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
-            h = jax.nn.sigmoid(o) * jnp.tanh(c)
+            h, c = lstm_update(x @ w_x + h @ w_h + b, c)
             return (h, c), h
 
         zeros = jnp.zeros((batch, n_hid), jnp.float32)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from bench.models.large import bert_encoder
-from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
+from bench.models.zoo import ZOO
 from costmodel.egraph_view import view_egraph
 from rewrites.ingest import ingest
 from rewrites.schedule import SCHEDULES, Budget, saturate
