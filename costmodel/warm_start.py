@@ -19,6 +19,7 @@ from costmodel.egraph_view import EClass, EGraphView, ENode, kernel_body_ops
 from costmodel.extract import Exclusive, Extraction, Requires, dag_cost, violations
 from costmodel.ilp import find_cycles
 from costmodel.kernel_cost import KERNEL_OPS
+from lowering.emit import LEAF_OPS
 from rewrites.kernel_seeds import KernelSeed
 
 
@@ -70,7 +71,7 @@ def _plain_node(view: EGraphView, cls: EClass, program: int, node_cost: dict[str
 
 
 def _leaf(cls: EClass) -> bool:
-    return any(n.op in ("var", "lit", "flit") for n in cls.nodes)
+    return any(n.op in LEAF_OPS for n in cls.nodes)
 
 
 def _computes(node: ENode, tees: tuple, ops: set[str], seed: KernelSeed) -> bool:

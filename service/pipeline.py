@@ -43,6 +43,13 @@ def request_id(program: dict, profile: HardwareProfile, options: OptimizeOptions
     return hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 
+def baseline_program(program: dict[str, Any], rules: bool = True) -> tuple[dict[str, Any], int]:
+    """The program the baseline is priced on, and what the optimizer starts from: loops tidied as a
+    conventional compiler does too (XLA's while-loop invariant motion and simplifier), where rules
+    run at all; and how many equations left a loop."""
+    return tidy_loops(program) if rules else (program, 0)
+
+
 def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | None = None,
              options: OptimizeOptions | dict | None = None) -> dict[str, Any]:
     """Optimize a wire program; raises WireError (a 422) if it does not type-check."""
@@ -54,9 +61,7 @@ def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | N
         typecheck(program)
     notes: list[str] = []
     with stage(timings, "control_flow"):  # bodies first; `program` stays the validation reference
-        # Loop-invariant code motion is what a conventional compiler does too (XLA's while-loop
-        # LICM): the program the baseline is priced on, and what the optimizer starts from.
-        written, moved = tidy_loops(program) if options.rules else (program, 0)
+        written, moved = baseline_program(program, options.rules)
         if moved:
             notes.append(f"moved {moved} loop-invariant equation(s) out of loop bodies")
         nested, others, control_flow, remaining = _loops(written, profile, options, notes)

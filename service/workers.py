@@ -152,15 +152,16 @@ def unoptimized_response(program: dict[str, Any], hardware: str | dict | Hardwar
     start = time.perf_counter()
     profile = pipeline.resolve_profile(hardware)
     naive = build_kernel_program(program, profile, NAIVE)
-    baseline = build_kernel_program(program, profile, CONVENTIONAL)
+    baseline = build_kernel_program(pipeline.baseline_program(program, options.rules)[0], profile, CONVENTIONAL)
+    original = build_kernel_program(program, profile, CONVENTIONAL)
     return {
         "id": pipeline.request_id(program, profile, options),
         "program": program,
-        "kernels": [k.to_dict() for k in baseline.kernels],
-        "precompute_kernels": [k.to_dict() for k in baseline.precompute],
-        "listing": kernel_listing(baseline, profile.name),
+        "kernels": [k.to_dict() for k in original.kernels],
+        "precompute_kernels": [k.to_dict() for k in original.precompute],
+        "listing": kernel_listing(original, profile.name),
         # the private helper keeps this response's estimate block identical in shape to optimize()'s
-        "estimate": pipeline._estimates(profile, naive, baseline, baseline, [program]),
+        "estimate": pipeline._estimates(profile, naive, baseline, original, [program]),
         "validation": {"status": "skipped", "max_rel_error": None, "trials": 0},
         "report": {
             "rewrites": {},
