@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, Union
 
+import numpy as np
 from egglog import set_, union
 
 from rewrites.ingest import LoadedProgram, encode_typed, ivec
@@ -66,6 +67,11 @@ def find_chains(program: dict[str, Any], min_leaves: int = 3) -> list[Chain]:
     return chains
 
 
+def orders_every_matmul(program: dict[str, Any], chains: Sequence[Chain]) -> bool:
+    """Whether `chains` hold every plain matmul of `program` (a chain of n leaves is n - 1 of them)."""
+    return bool(chains) and sum(len(c.leaves) - 1 for c in chains) == sum(map(_is_plain_matmul, program["eqns"]))
+
+
 def _is_plain_matmul(eqn: dict[str, Any]) -> bool:
     params = eqn.get("params") or {}
     return (eqn["op"] == "dot_general" and len(eqn["out"]) == 1 and len(eqn["out"][0]["shape"]) == 2
@@ -76,22 +82,36 @@ def cheapest_order(dims: Sequence[int], price: Callable[[int, int, int], float],
                    free: Sequence[bool] = ()) -> tuple[float, Order]:
     """The matrix-chain dynamic program: the cheapest way to multiply matrices dims[i] x dims[i+1],
     where `price(m, k, n)` is one (m x k) @ (k x n) product. A run of `free` leaves (weights,
-    whose product is precomputed) costs nothing."""
+    whose product is precomputed) costs nothing. Ties go to the earliest split."""
     count = len(dims) - 1
-    free = tuple(free) or (False,) * count
-    price = cache(price)
-    cost = [[0.0] * count for _ in range(count)]
-    split = [[0] * count for _ in range(count)]
+    free = np.array(tuple(free) or (False,) * count)
+    steps = _split_prices(dims, price)
+    cost, split = np.zeros((count, count)), np.zeros((count, count), dtype=np.int64)
     for span in range(1, count):  # bottom up: every sub-chain before the chains containing it
         for i in range(count - span):
             j = i + span
-            step = (lambda k: 0.0) if all(free[i:j + 1]) else (lambda k: price(dims[i], dims[k + 1], dims[j + 1]))
-            cost[i][j], split[i][j] = min((cost[i][k] + cost[k + 1][j] + step(k), k) for k in range(i, j))
+            step = 0.0 if free[i:j + 1].all() else steps(i, j)
+            totals = cost[i, i:j] + cost[i + 1:j + 1, j] + step
+            best = int(np.argmin(totals))
+            cost[i, j], split[i, j] = totals[best], i + best
 
     def order(i: int, j: int) -> Order:
-        return i if i == j else (order(i, split[i][j]), order(split[i][j] + 1, j))
+        return i if i == j else (order(i, int(split[i, j])), order(int(split[i, j]) + 1, j))
 
-    return cost[0][count - 1], order(0, count - 1)
+    return float(cost[0, count - 1]), order(0, count - 1)
+
+
+def _split_prices(dims: Sequence[int], price: Callable[[int, int, int], float]) -> Callable[[int, int], np.ndarray]:
+    """`steps(i, j)`: the price of the last product of sub-chain i..j for each split i..j-1. Priced
+    once per distinct (m, k, n): a table over the distinct dimensions where that is fewer calls."""
+    values = sorted(set(dims))
+    index = np.array([values.index(d) for d in dims])
+    count = len(dims) - 1
+    if len(values) ** 3 <= count ** 3 // 6:
+        table = np.array([[[price(m, k, n) for n in values] for k in values] for m in values])
+        return lambda i, j: table[index[i], index[i + 1:j + 1], index[j + 1]]
+    price = cache(price)
+    return lambda i, j: np.array([price(dims[i], dims[k + 1], dims[j + 1]) for k in range(i, j)])
 
 
 def seed_chain_orders(loaded: LoadedProgram, prices: Sequence[Callable[[dict, str, int, int, int], float]],
@@ -121,6 +141,6 @@ def _build(loaded: LoadedProgram, chain: Chain, order: Order, commands: list) ->
     (a, m, _), (b, _, n) = (_build(loaded, chain, side, commands) for side in order)
     eqn = {"op": "dot_general", "in": ["a", "b"], "params": chain.params,
            "out": [{"name": "ab", "shape": [m, n], "dtype": chain.dtype}]}
-    term = encode_typed(Term, eqn, [a, b], loaded.params)
-    commands += [set_(shape(term)).to(ivec([m, n])), set_(dtype(term)).to(chain.dtype)]
+    action, term = loaded.fresh_let(encode_typed(Term, eqn, [a, b], loaded.params))  # a tree, not nested
+    commands += [action, set_(shape(term)).to(ivec([m, n])), set_(dtype(term)).to(chain.dtype)]
     return term, m, n

@@ -12,7 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from egglog import EGraph, Vec, f64, i64, set_, union
+from egglog import Action, EGraph, Vec, f64, i64, let, set_, union
+from egglog.declarations import LetRefDecl, TypedExprDecl
+from egglog.egraph import to_runtime_expr
+from egglog.runtime import RuntimeExpr
 
 from rewrites.params import ParamsTable
 from service.wire_params import strip_none_defaults
@@ -37,6 +40,12 @@ class LoadedProgram:
     @property
     def program(self) -> dict[str, Any]:
         return self.programs[0]
+
+    def fresh_let(self, term: Any) -> tuple[Action, Any]:
+        """A let of `term` under a new name, to register with others (`deferred_let`); names stay
+        deterministic, as egglog's tie-breaks follow them."""
+        self.extra_lets += 1
+        return deferred_let(f"$k{self.extra_lets}", term)
 
     @property
     def env(self) -> dict[str, Term]:
@@ -201,6 +210,15 @@ def _merge_keys(eqn: dict[str, Any]) -> list[tuple[tuple[str, str, str], Any]]:
             if isinstance(shared, str)]
 
 
+def deferred_let(name: str, term: Any) -> tuple[Action, Any]:
+    """(the `let` action, a reference to its name), as `EGraph.let` returns but without running it:
+    registered together, many lets cost one call into egglog instead of one each (a third of
+    ingest time)."""
+    expr = to_runtime_expr(term)
+    typed = TypedExprDecl(expr.__egg_typed_expr__.tp, LetRefDecl(name))
+    return let(name, term), RuntimeExpr.__from_values__(expr.__egg_decls__, typed)
+
+
 def let_name(program: int, eqn: int, out: int) -> str:
     """The let of an equation's output: `e{eqn}_{out}` for the program, `a{k}e{eqn}_{out}` for
     its k-th alternative (costmodel/egraph_view.py reads them back as class origins)."""
@@ -212,10 +230,11 @@ def ingest(program: dict[str, Any], alternatives: Sequence[dict[str, Any]] = ())
     program over the same inputs and consts) is loaded too, its outputs unioned with the program's."""
     egraph, table = EGraph(), ParamsTable()
     env: dict[str, Term] = {}
-    analyses = []
+    lets, analyses = [], []
 
     def bind(name: str, term: Term, spec: dict[str, Any], let: str) -> None:
-        ref = egraph.let(let, term)
+        action, ref = deferred_let(let, term)
+        lets.append(action)
         env[name] = ref
         analyses.extend([set_(shape(ref)).to(ivec(spec["shape"])), set_(dtype(ref)).to(spec["dtype"])])
 
@@ -289,7 +308,7 @@ def ingest(program: dict[str, Any], alternatives: Sequence[dict[str, Any]] = ())
         outputs = load_eqns(tag)
         envs.append(dict(env))
         unions += [union(output(i)).with_(r) for i, r in enumerate(outputs)]
-    commands = [*analyses, *unions]
+    commands = [*lets, *analyses, *unions]
     if commands:  # an empty program has none, and egglog's register needs at least one
         egraph.register(*commands)
     return LoadedProgram(egraph, table, programs, len(program["outputs"]), envs)

@@ -62,7 +62,7 @@ def seed_kernels(loaded: LoadedProgram, kernels: Sequence[tuple[Sequence[int], s
         first = len(seeds)
         # An equation with no body splits the kernel: the ops before it write what it and the
         # ops after it read (a kernel that fed it and read it back would be a cycle).
-        for run in _runs_with_bodies(loaded, program, indices):
+        for run in _runs_with_bodies(loaded, program, indices, commands):
             mine = {i for i, _, _ in run}
             read_elsewhere = {a for i in indices if i not in mine for a in eqns[i]["in"] if isinstance(a, str)}
             written = [(i, n) for i, n, _ in run if n in writes or n in read_elsewhere]
@@ -84,8 +84,10 @@ def seed_kernels(loaded: LoadedProgram, kernels: Sequence[tuple[Sequence[int], s
     return seeds
 
 
-def _runs_with_bodies(loaded: LoadedProgram, program: int, indices: Sequence[int]) -> list[list[tuple[int, str, Body]]]:
-    """Maximal runs of consecutive equations that have a body form, as (index, name, body)."""
+def _runs_with_bodies(loaded: LoadedProgram, program: int, indices: Sequence[int],
+                      commands: list) -> list[list[tuple[int, str, Body]]]:
+    """Maximal runs of consecutive equations that have a body form, as (index, name, body); the
+    lets of bodies read twice join `commands`."""
     eqns, env, table = loaded.programs[program]["eqns"], loaded.envs[program], loaded.params
     # egglog-python sends an expression to egglog as a tree: a body read twice is let-bound, or a
     # long kernel (GEMMs back to back) would be unfolded exponentially
@@ -104,8 +106,8 @@ def _runs_with_bodies(loaded: LoadedProgram, program: int, indices: Sequence[int
             inside = {}
         else:
             if reads[eqn["out"][0]["name"]] > 1:
-                loaded.extra_lets += 1  # names stay deterministic: egglog's tie-breaks follow them
-                body = loaded.egraph.let(f"$k{loaded.extra_lets}", body)
+                action, body = loaded.fresh_let(body)
+                commands.append(action)
             inside[eqn["out"][0]["name"]] = body
             runs[-1].append((index, eqn["out"][0]["name"], body))
     return [run for run in runs if run]

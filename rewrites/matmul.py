@@ -41,13 +41,13 @@ MATMUL.add("matmul-assoc-right", "real",
            rule(eq(outer).to(mm(mm(A, B, e2), C, e1)), *rank(2, (A, sa), (B, sb), (C, sc)),
                 eq(dt).to(dtype(outer)))
            .then(union(outer).with_(mm(A, mm(B, C, e2), e1)),
-                 *typed(mm(B, C, e2), Vec[i64](sb[0], sc[1]), dt)))
+                 *typed(mm(B, C, e2), Vec[i64](sb[0], sc[1]), dt)), throttled=True)
 # A@(B@C) -> (A@B)@C
 MATMUL.add("matmul-assoc-left", "real",
            rule(eq(outer).to(mm(A, mm(B, C, e2), e1)), *rank(2, (A, sa), (B, sb), (C, sc)),
                 eq(dt).to(dtype(outer)))
            .then(union(outer).with_(mm(mm(A, B, e2), C, e1)),
-                 *typed(mm(A, B, e2), Vec[i64](sa[0], sb[1]), dt)))
+                 *typed(mm(A, B, e2), Vec[i64](sa[0], sb[1]), dt)), throttled=True)
 # (A@B)^T -> B^T @ A^T
 MATMUL.add("transpose-of-matmul", "real",
            rule(eq(outer).to(t2(mm(A, B, e1))), *rank(2, (A, sa), (B, sb)),

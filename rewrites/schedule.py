@@ -58,16 +58,20 @@ class Schedule:
     fusion: Ruleset | None = None
 
 
-def _schedule(fp_mode: FpMode) -> Schedule:
-    def combined(families, label, throttled):
+def _schedule(fp_mode: FpMode, without: frozenset[str] = frozenset(), label: str = "") -> Schedule:
+    def combined(families, kind, throttled):
         return ruleset(*(r.rule for f in families for r in f.rules
-                         if (fp_mode == "real" or r.mode == "exact") and r.throttled == throttled),
-                       name=f"{label}-{fp_mode}")
-    return Schedule(fp_mode, combined(SINGLE_PATTERN, "single", False), combined(MULTI_PATTERN, "multi", False),
-                    combined(SINGLE_PATTERN, "ac", True))
+                         if (fp_mode == "real" or r.mode == "exact") and r.throttled == throttled
+                         and r.name not in without), name=f"{kind}-{fp_mode}{label}")
+    return Schedule(fp_mode + label, combined(SINGLE_PATTERN, "single", False),
+                    combined(MULTI_PATTERN, "multi", False), combined(SINGLE_PATTERN, "ac", True))
 
 
 SCHEDULES: dict[FpMode, Schedule] = {"exact": _schedule("exact"), "real": _schedule("real")}
+# For a program whose every plain matmul lies in a chain the matrix-chain dynamic program ordered
+# (rewrites/chain_order.py): its orders are the cheapest under every price extraction uses, so
+# reassociating by rewrites would only enumerate dearer ones (a Catalan number of them).
+CHAINS_ORDERED = _schedule("real", frozenset({"matmul-assoc-right", "matmul-assoc-left"}), "-chains-ordered")
 NO_RULES = Schedule("none", ruleset(name="none-a"), ruleset(name="none-b"))
 # Kernel boundaries for given programs (the original and the algebraic optimum): fusion
 # enumerates kernels per algebraic alternative, which multiplies (a transformer layer's saturated

@@ -20,10 +20,10 @@ from costmodel.profile import HardwareProfile
 from costmodel.warm_start import seeded_extraction
 from lowering.emit import ExtractionCycle, emit_program, without_unused_consts
 from lowering.kernels import POLICIES, build_kernel_program, static_names
-from rewrites.chain_order import seed_chain_orders
+from rewrites.chain_order import orders_every_matmul, seed_chain_orders
 from rewrites.ingest import LoadedProgram, ingest
 from rewrites.kernel_seeds import KernelSeed, seed_kernels
-from rewrites.schedule import FUSION_ONLY, NO_RULES, SCHEDULES, Budget, SaturationReport, saturate
+from rewrites.schedule import CHAINS_ORDERED, FUSION_ONLY, NO_RULES, SCHEDULES, Budget, SaturationReport, saturate
 from service.background_validation import BackgroundValidation
 from service.options import OptimizeOptions
 from service.settings import get_settings
@@ -92,11 +92,12 @@ def _search(program: dict[str, Any], profile: HardwareProfile, options: Optimize
     with stage(timings, "ingest"):
         loaded = egraphs.enter_context(ingest(program))
     with stage(timings, "saturate"):
+        schedule = SCHEDULES[options.fp_mode] if options.rules else NO_RULES
         if options.rules and options.fp_mode == "real":  # matmul associativity: real arithmetic only
-            seed_chain_orders(loaded, [partial(price, profile) for price in proxies(profile).values()],
-                              static_names(program, profile.kernel.precompute_weights))
-        saturation = saturate(loaded.egraph, SCHEDULES[options.fp_mode] if options.rules else NO_RULES,
-                              budget(options))
+            chains = seed_chain_orders(loaded, [partial(price, profile) for price in proxies(profile).values()],
+                                       static_names(program, profile.kernel.precompute_weights))
+            schedule = CHAINS_ORDERED if orders_every_matmul(program, chains) else schedule
+        saturation = saturate(loaded.egraph, schedule, budget(options))
     if validation is not None:
         validation.settle()  # the inputs are drawn by now: collection need not wait through extraction
     with stage(timings, "extract"):
