@@ -196,6 +196,19 @@ def validate(original: dict[str, Any], optimized: dict[str, Any], fp_mode: str =
     return validate_whole(original, optimized, fp_mode, trials, seed, draws)
 
 
+def validate_pieces(original: dict[str, Any], optimized: dict[str, Any],
+                    pieces: list[tuple[dict[str, Any], dict[str, Any]]], fp_mode: str = "real") -> dict[str, Any]:
+    """`optimized` stitched from optimized pieces of `original` (service/partition.py): each
+    distinct piece checked against the piece it replaces, as a program of its own (an encoder's
+    twelve layers: one check). A piece that does not pass sends the verdict to `validate`."""
+    results = [validate(written, searched, fp_mode) for written, searched in pieces]
+    if any(r["status"] != "passed" for r in results):
+        return validate(original, optimized, fp_mode)
+    worst = max(results, key=lambda r: r["max_rel_error"])
+    return {**worst, "trials": min(r["trials"] for r in results), "criterion": "pieces",
+            "pieces": [r["criterion"] for r in results]}
+
+
 def validate_whole(original: dict[str, Any], optimized: dict[str, Any], fp_mode: str = "real",
                    trials: int = TRIALS, seed: int = 0, draws: InputDraws | None = None) -> dict[str, Any]:
     """Both whole programs, each jitted once, on every trial's standard-normal inputs. Where those

@@ -17,7 +17,7 @@ from costmodel.profile import HardwareProfile, load_profile, profile_from_dict
 from lowering.kernels import CONVENTIONAL, NAIVE, POLICIES, KernelProgram, build_kernel_program, lower_bound
 from lowering.listing import kernel_listing
 from lowering.to_jax import typecheck
-from lowering.validate import validate
+from lowering.validate import validate, validate_pieces
 from service.background_validation import BackgroundValidation
 from service.control_flow import nested_program_count, optimize_nested
 from service.loop_hoist import hoist_scan_projections
@@ -85,6 +85,8 @@ def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | N
                 validation = {"status": "skipped", "max_rel_error": None, "trials": 0}
             elif early is not None:
                 validation = early.result_for(candidate)
+            elif candidate is found.candidate and found.searched_pieces and nested == program:
+                validation = validate_pieces(program, candidate, found.searched_pieces, options.fp_mode)
             else:
                 validation = validate(program, candidate, options.fp_mode)
             if validation["status"] == "failed":

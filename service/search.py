@@ -59,6 +59,8 @@ class Search:
     programs: int = 1
     cycle: str | None = None
     pieces: dict[str, int] = field(default_factory=dict)  # set when searched piecewise
+    # when searched piecewise: each distinct piece as written and as searched, which `candidate` stitches
+    searched_pieces: list[tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=list)
 
 
 @contextmanager
