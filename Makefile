@@ -22,7 +22,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench.run
-	$(PY) -m bench.scaling
+	$(PY) -m bench.speed
 	$(PY) -m bench.time_limits
 	$(PY) -m bench.never_worse
 	$(PY) -m bench.cpu_speed

@@ -67,9 +67,16 @@ def find_chains(program: dict[str, Any], min_leaves: int = 3) -> list[Chain]:
     return chains
 
 
+# From this many leaves (42 orders) enumerating a chain's orders by rewriting costs more than the
+# dynamic program; shorter chains are left to the rules, which also combine them with the others.
+MIN_ORDERED_LEAVES = 6
+
+
 def orders_every_matmul(program: dict[str, Any], chains: Sequence[Chain]) -> bool:
-    """Whether `chains` hold every plain matmul of `program` (a chain of n leaves is n - 1 of them)."""
-    return bool(chains) and sum(len(c.leaves) - 1 for c in chains) == sum(map(_is_plain_matmul, program["eqns"]))
+    """Whether `chains` hold every plain matmul of `program` (a chain of n leaves is n - 1 of them)
+    and one of them is long enough that rewriting its orders would cost more than ordering it."""
+    return (any(len(c.leaves) >= MIN_ORDERED_LEAVES for c in chains)
+            and sum(len(c.leaves) - 1 for c in chains) == sum(map(_is_plain_matmul, program["eqns"])))
 
 
 def _is_plain_matmul(eqn: dict[str, Any]) -> bool:

@@ -28,6 +28,7 @@ from lowering.listing import kernel_listing
 from service import pipeline
 from service.options import OptimizeOptions
 from service.settings import Settings
+from service.warm_up import warm_up
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,10 @@ def _worker_main(conn, env: dict[str, str]) -> None:
     import jax
 
     jax.default_backend()  # initialise the backend now, not inside the first request's deadline
+    try:
+        warm_up(pipeline.optimize)
+    except Exception:  # a cold worker still serves; the failure will show in its first request too
+        log.exception("worker warm-up failed")
     conn.send(("ready", os.getpid()))
     while True:
         try:

@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from bench import ceiling, cpu_speed, never_worse, run, scaling, time_limits
+from bench import ceiling, cpu_speed, never_worse, run, speed, time_limits
 from bench.models.registry import LARGE, MODELS, RNN_AND_CHAINS, SMALL, build
 from bench.models.variants import MODELS_WITH_ALTERNATIVES, alternatives
 from bench.report import geomean, update_readme
@@ -56,15 +56,18 @@ def test_a_failing_model_becomes_a_row_with_its_error():
     assert "error:" in run.table([row], "optu-v1", run.machine(), run.summarize([row]))
 
 
-def test_scaling_benchmark_reports_per_layer_growth(tmp_path):
-    out = tmp_path / "scaling.json"
-    result = scaling.main(["--tiny", "--layers", "1", "2", "--out", str(out), "--no-readme"])
-    points = result["bert"]["points"]
-    assert [p["layers"] for p in points] == [1, 2] and json.loads(out.read_text())["bert"]["points"]
-    for p in points:
-        assert p["enodes"] > 0 and p["per_layer"]["enodes"] == p["enodes"] / p["layers"]
-        assert p["saturate_plus_extract_s"] == p["timings_s"]["saturate"] + p["timings_s"]["extract"]
-    assert result["bert"]["growth_exponent"]["enodes"] is not None
+def test_speed_benchmark_reports_each_family_its_growth_and_the_servers_memory(tmp_path):
+    out = tmp_path / "speed.json"
+    result = speed.main(["--tiny", "--out", str(out), "--no-readme"])
+    groups = {r["group"] for r in result["rows"]}
+    assert groups == {"encoder, 1 layer", "encoder, 12 layers", "chain 6", "chain 12"}
+    assert {r["key"].split()[0] for r in result["rows"] if r["group"].startswith("encoder")} == {"plain", "flax", "equinox"}
+    assert all(r["validation"] == "passed" and r["estimate_s"] > 0 for r in result["rows"])
+    assert result["growth_exponent"]["layers"] is not None and result["growth_exponent"]["chain_length"] is not None
+    assert result["unlimited"]["worst_ratio"] >= 1.0 - 1e-9  # default settings never beat an unlimited search
+    assert result["memory"]["status"] == 200 and result["memory"]["processes"] >= 2
+    assert result["memory"]["peak_rss_bytes"] >= result["memory"]["largest_process_bytes"] > 0
+    assert json.loads(out.read_text())["summary"]["chain 12"]["rows"] == 1
 
 
 def test_time_limit_sweep_reports_each_limit_the_default_and_the_chains_ceiling(tmp_path):
@@ -143,12 +146,12 @@ def test_readme_tables_are_replaced_between_markers_and_new_pairs_added(tmp_path
     readme = tmp_path / "README.md"
     readme.write_text("# x\n<!-- bench:begin -->\nold\n<!-- bench:end -->\ntail\n")
     update_readme("new table", readme=readme)
-    update_readme("scaling v1", "<!-- scaling:begin -->", "<!-- scaling:end -->", readme=readme)
-    update_readme("scaling v2", "<!-- scaling:begin -->", "<!-- scaling:end -->", readme=readme)
+    update_readme("speed v1", "<!-- speed:begin -->", "<!-- speed:end -->", readme=readme)
+    update_readme("speed v2", "<!-- speed:begin -->", "<!-- speed:end -->", readme=readme)
     update_readme("speed table", "<!-- cpu_speed:begin -->", "<!-- cpu_speed:end -->", readme=readme)
     text = readme.read_text()
-    assert "old" not in text and "new table" in text and "scaling v1" not in text
-    assert text.index("<!-- bench:end -->") < text.index("scaling v2") < text.index("speed table")
+    assert "old" not in text and "new table" in text and "speed v1" not in text
+    assert text.index("<!-- bench:end -->") < text.index("speed v2") < text.index("speed table")
     assert text.endswith("tail\n")
     assert geomean([1.0, 4.0]) == pytest.approx(2.0) and geomean([]) is None
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from hypothesis import given, settings
@@ -15,7 +16,7 @@ from costmodel.kernel_cost import NodeCoster, gemm_kernel_time, static_classes
 from costmodel.profile import load_profile
 from lowering.emit import emit_program
 from lowering.validate import validate
-from rewrites.chain_order import cheapest_order, find_chains, seed_chain_orders
+from rewrites.chain_order import cheapest_order, find_chains, orders_every_matmul, seed_chain_orders
 from rewrites.ingest import ingest
 from rewrites.schedule import NO_RULES, Budget, saturate
 from service.capture import capture
@@ -104,3 +105,15 @@ def test_exact_mode_keeps_the_written_order():
     real = optimize(program, options={"fp_mode": "real"})
     assert [e["in"][1] for e in exact["program"]["eqns"]] == [f"in{k}" for k in range(1, len(DIMS) - 1)]
     assert real["report"]["extraction"]["algebra"]["cost_s"] < 0.5 * exact["report"]["extraction"]["algebra"]["cost_s"]
+
+
+def test_only_long_chains_holding_every_matmul_skip_reassociation_by_rewrites():
+    def chain(n):
+        return lambda *ms: functools.reduce(lambda a, b: a @ b, ms)
+
+    long = capture(chain(6), *[jax.ShapeDtypeStruct((4, 4), jnp.float32)] * 6)
+    short = capture(chain(5), *[jax.ShapeDtypeStruct((4, 4), jnp.float32)] * 5)
+    mixed = capture(lambda *ms: (chain(6)(*ms), ms[0] @ ms[1]), *[jax.ShapeDtypeStruct((4, 4), jnp.float32)] * 6)
+    assert orders_every_matmul(long, find_chains(long))
+    assert not orders_every_matmul(short, find_chains(short))  # 14 orders: the rules enumerate them
+    assert not orders_every_matmul(mixed, find_chains(mixed))  # a product outside the chain

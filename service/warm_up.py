@@ -1,0 +1,29 @@
+"""A worker's first optimization, run before it takes requests: the first JAX traces and XLA
+compiles of the pipeline's own helpers, egglog's first rulesets and the cost tables are paid at
+start, so a server's first request is as fast as its tenth."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from service.capture import capture
+
+
+def _tiny_layer(x, wq, wk, wv, w1, w2, a, b):
+    """A little of everything the optimizer handles: attention, layer norm, a GELU MLP, a chain."""
+    q, k, v = x @ wq, x @ wk, x @ wv
+    h = x + jax.nn.softmax(q @ k.T / 4.0, axis=-1) @ v
+    h = (h - h.mean(-1, keepdims=True)) * jax.lax.rsqrt(h.var(-1, keepdims=True) + 1e-5)
+    return h + jax.nn.gelu(h @ w1) @ w2 + jnp.tanh(x @ a @ b @ wq)
+
+
+def warm_up_program() -> dict:
+    f32 = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.float32)
+    square = f32(16, 16)
+    return capture(_tiny_layer, f32(8, 16), square, square, square, f32(16, 32), f32(32, 16), f32(16, 4),
+                   f32(4, 16), weight_argnums=(1, 2, 3, 4, 5, 6, 7))
+
+
+def warm_up(optimize) -> None:
+    """Run `optimize` (the pipeline's) once on the warm-up program; its answer is discarded."""
+    optimize(warm_up_program(), None, None)
