@@ -132,22 +132,27 @@ def seed_chain_orders(loaded: LoadedProgram, prices: Sequence[Callable[[dict, st
         free_leaves = [leaf in free for leaf in chain.leaves]
         orders = [cheapest_order(chain.dims, lambda m, k, n, c=chain, p=price: p(c.params, c.dtype, m, k, n),
                                  free_leaves)[1] for price in prices]
-        for order in dict.fromkeys(orders):  # an order two prices agree on is built once
-            term, _, _ = _build(loaded, chain, order, commands)
+        built: dict[Order, tuple[Term, int, int]] = {}  # products two orders share are built once
+        for order in dict.fromkeys(orders):
+            term, _, _ = _build(loaded, chain, order, commands, built)
             commands.append(union(loaded.env[chain.root]).with_(term))
     if commands:
         loaded.egraph.register(*commands)
     return chains
 
 
-def _build(loaded: LoadedProgram, chain: Chain, order: Order, commands: list) -> tuple[Term, int, int]:
+def _build(loaded: LoadedProgram, chain: Chain, order: Order, commands: list,
+           built: dict[Order, tuple[Term, int, int]]) -> tuple[Term, int, int]:
     """The term multiplying `order` out, with its (rows, cols); new products get their shape and
     dtype (the e-class invariant) through `commands`."""
     if isinstance(order, int):
         return loaded.env[chain.leaves[order]], chain.dims[order], chain.dims[order + 1]
-    (a, m, _), (b, _, n) = (_build(loaded, chain, side, commands) for side in order)
+    if order in built:
+        return built[order]
+    (a, m, _), (b, _, n) = (_build(loaded, chain, side, commands, built) for side in order)
     eqn = {"op": "dot_general", "in": ["a", "b"], "params": chain.params,
            "out": [{"name": "ab", "shape": [m, n], "dtype": chain.dtype}]}
     action, term = loaded.fresh_let(encode_typed(Term, eqn, [a, b], loaded.params))  # a tree, not nested
     commands += [action, set_(shape(term)).to(ivec([m, n])), set_(dtype(term)).to(chain.dtype)]
-    return term, m, n
+    built[order] = term, m, n
+    return built[order]

@@ -172,6 +172,27 @@ def test_identical_equations_are_hash_consed_into_one():
     assert all(bits_equal(e, g) for e, g in zip(expected, got))
 
 
+def _renamed(program: dict) -> dict:
+    """The same program with every computed value renamed."""
+    inputs = {s["name"] for s in program["inputs"]}
+    name = lambda a: a if not isinstance(a, str) or a in inputs else f"r_{a}"
+    return {**program, "eqns": [{**e, "in": [name(a) for a in e["in"]],
+                                 "out": [{**o, "name": name(o["name"])} for o in e["out"]]} for e in program["eqns"]],
+            "outputs": [name(o) for o in program["outputs"]]}
+
+
+def test_an_alternative_shares_the_classes_of_what_it_computes_alike_and_keeps_its_origins():
+    x, w = F(3, 4), F(4, 4)
+    program = capture(lambda x, w: jnp.tanh(x @ w) + 1.0, x, w)
+    changed = capture(lambda x, w: jnp.exp(x @ w) + 1.0, x, w)  # shares the matmul only
+    with ingest(program) as alone, ingest(program, [_renamed(program), changed]) as together:
+        alone_view, view = view_egraph(alone.egraph), view_egraph(together.egraph)
+        assert view.enode_count == alone_view.enode_count + 2  # exp and the add over it
+        for i in range(len(program["eqns"])):  # the renamed copy's equation i is the program's class
+            assert [c.origins.get(1) for c in view.classes.values() if c.origins.get(0) == i] == [i]
+        assert {c.origins.get(2) for c in view.classes.values() if c.origins.get(0) == 0} == {0}
+
+
 def test_multi_output_opaque_is_emitted_once():
     x, y = F(3, 4), F(3, 4)
     program = capture(lambda x, y: lax.sort((x, y), num_keys=1), x, y)
