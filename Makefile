@@ -25,6 +25,7 @@ bench: $(STAMP)
 	$(PY) -m bench.speed
 	$(PY) -m bench.time_limits
 	$(PY) -m bench.never_worse
+	$(PY) -m bench.mutation
 	$(PY) -m bench.cpu_speed
 	$(PY) -m bench.calibration
 	$(PY) -m bench.load

@@ -34,7 +34,7 @@ from costmodel.profile import load_profile
 from lowering.kernels import gemm_flops
 from lowering.precompute import split_weight_work
 from lowering.to_jax import program_to_callable
-from lowering.validate import output_error
+from lowering.compare import output_error
 from service.capture import capture
 from service.pipeline import optimize
 

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "bench" / "results"
 README = ROOT / "README.md"
 # A missing marker pair goes after the last of these present: tables appear in `make bench` order.
-ANCHORS = ("<!-- cpu_speed:end -->", "<!-- speed:end -->", "<!-- bench:end -->")
+ANCHORS = ("<!-- mutation:end -->", "<!-- cpu_speed:end -->", "<!-- speed:end -->", "<!-- bench:end -->")
 
 
 def _version(dist: str) -> str:

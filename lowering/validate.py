@@ -1,291 +1,261 @@
 """Translation validation: the optimized program must compute what the original computes.
 
-Both run under jax.jit on the same seeded random inputs; outputs are compared with a per-dtype
-tolerance on the normwise relative error (max |a - b| / max |reference|), nan and inf positions
-must match exactly. In `exact` fp mode results must be bit-identical, signs of zero included.
+Verdicts (`status`): `identical` (value numbering finds the same computation: nothing is run),
+`passed`, `failed`, `inconclusive` (the check could not tell, with the reason), and `skipped` (the
+caller turned validation off; set by the pipeline).
 
-Big programs are mostly unchanged by the optimizer, so real mode first checks only what changed
-(`find_regions`): values computed identically in both programs need no run, and each rewritten
-region of the optimized program runs on the values the original really feeds it, compared with
-the original's own value there; of regions that are the same check (the same optimized computation
-for the same original one, as in an encoder's layers) the earliest runs. Any
-doubt (a region outside tolerance, a correspondence not found, regions covering most of the
-program) falls back to running both whole programs, which stays the authority.
+`real` mode evaluates both programs in float64 (complex128; JAX's x64 scoped to the check) on the
+same seeded inputs, so neither program's own rounding decides. A draw of inputs can tell only
+where the original is stable there: it is evaluated again on the inputs nudged by 1e-12 relative
+(1e-14 for float64 programs), and where its outputs move by more than the declared dtype's
+tolerance (chaos, ill-conditioning) the draw tells nothing; draws contracted toward zero are
+tried next. A program passes when `TRIALS` draws that can tell all agree within what float64
+rounding explains (never more than the tolerance), fails when one that can tell disagrees, and is
+inconclusive when too few draws could tell. Integer and
+boolean outputs compare exactly; complex ones on both parts.
+
+Big programs are mostly unchanged by the optimizer, so the check runs only what changed where it
+can (`find_regions`): each rewritten region of the optimized program runs on the values the
+original really feeds it, compared with the original's own value there; of regions that are the
+same check (an encoder's layers) the earliest runs. Where the regions do not pass, the whole
+programs run; a failed region is never overruled by a whole run that passes (deep programs can hide
+a wrong value, and the pairing of values is inferred): the verdict is then `inconclusive`.
+
+`exact` mode runs both programs in their declared types and requires bit-identical results.
 """
 from __future__ import annotations
 
-import json
-import zlib
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import jax
 import numpy as np
 
+from lowering.compare import bit_identical, informative, output_error, tolerance_for
+from lowering.observability import change_shows
 from lowering.regions import Region, RegionPlan, check_key, cone, find_regions
 from lowering.to_jax import program_to_callable
-from service.wire import ConstSpec, decode_array, encode_array
+from lowering.validation_inputs import TRIALS, InputDraws, nudged, random_inputs
+from lowering.widen import CannotWiden, Widened, promote_to_float64, widen
 
-# Normwise relative error allowed per dtype in `real` mode: reassociated sums in that precision.
-TOLERANCE = {"float64": 1e-9, "float32": 1e-4, "float16": 1e-2, "bfloat16": 2e-2}
-# Beyond this share of the optimized program in regions, checking them costs as much as the whole.
-MAX_REGION_SHARE = 0.6
-TRIALS = 2  # random input draws per validation (one more where standard-normal inputs overflow)
-
-
-def input_scales(program: dict[str, Any]) -> list[float]:
-    """1/sqrt(fan-in) for inputs used as the right operand of a contraction, else 1.
-
-    Unit-variance weights make every matmul grow its output by sqrt(K): deep programs then saturate
-    softmax and tanh (where rounding differences are amplified without bound) or overflow to inf
-    (where every comparison passes vacuously). Scaled like an initialized network, values stay O(1)."""
-    index = {spec["name"]: k for k, spec in enumerate(program["inputs"])}
-    scales = [1.0] * len(program["inputs"])
-    for eqn in program["eqns"]:
-        if eqn["op"] not in ("dot_general", "conv_general_dilated") or len(eqn["in"]) != 2:
-            continue
-        rhs = eqn["in"][1]
-        if not isinstance(rhs, str) or rhs not in index:
-            continue
-        shape = program["inputs"][index[rhs]]["shape"]
-        if eqn["op"] == "dot_general":
-            fan_in = int(np.prod([shape[d] for d in eqn["params"]["dimension_numbers"][0][1]]))
-        else:
-            out_feature = eqn["params"]["dimension_numbers"]["fields"]["rhs_spec"][0]
-            fan_in = int(np.prod(shape)) // max(shape[out_feature], 1)
-        scales[index[rhs]] = min(scales[index[rhs]], 1.0 / np.sqrt(max(fan_in, 1)))
-    return scales
+# Evaluated in float64, a right rewrite differs from the original only by rounding: about as much
+# as the original moves when its inputs change by float64's rounding (its measured sensitivity
+# scaled down from the nudge), times a slack for reductions that round many times (a random nudge
+# shows less than worst-case rounding). A difference beyond that, or beyond the dtype's
+# tolerance, is a different program: a constant's sign flipped inside a layer norm's epsilon too.
+FLOAT64_ROUNDING = 2.0**-53
+ROUNDING_SLACK = 1e4
+ROUNDING_FLOOR = 1e-12
+MAX_REGION_SHARE = 0.6  # beyond this share of the optimized program in regions, checking them costs as much as the whole
+NUDGE = {"float64": 1e-14, "complex128": 1e-14}  # relative input change measuring sensitivity; else 1e-12
+DEFAULT_NUDGE = 1e-12
+# The draws tried in turn, (fan-in scaled, contraction), each with its own seed. The first two are
+# unlike each other, as a pass needs two: standard normal (deep random networks stay sensitive to
+# every weight) and scaled like an initialized network (activations O(1), so a layer norm's epsilon
+# or a small bias still shows). Then contracted toward zero, where recurrences and saturating
+# activations stop amplifying differences.
+DRAWS = ((False, 1.0), (True, 1.0), (False, 1.0), (True, 0.3), (True, 0.1), (True, 0.03), (True, 0.01))
+CheckFn = Callable[[list[np.ndarray]], list[np.ndarray]]
 
 
-class InputDraws:
-    """Standard-normal draws per (trial seed, input), each made once and kept read-only: a whole run
-    and a region run of the same trial share them (a region run reads a subset of the inputs, scaled),
-    and they can be drawn ahead (`fill`) while the optimizer is still searching. Each input has a
-    stream of its own, seeded by the trial seed and the input's name, so a subset draws the same."""
+@dataclass
+class Verdict:
+    """What the draws of one check found; `result` is the response's `validation` object."""
 
-    def __init__(self) -> None:
-        self.arrays: dict[tuple, np.ndarray] = {}
+    criterion: str
+    dtypes: list[str]
+    trials: int = 0
+    tried: list[dict[str, Any]] = field(default_factory=list)
+    worst: float = 0.0
 
-    def normal(self, seed: int, spec: dict[str, Any]) -> np.ndarray:
-        key = (seed, spec["name"], tuple(spec["shape"]), spec["dtype"])
-        if key not in self.arrays:  # drawn in the target type: 4x faster on big weights
-            array = _stream(seed, spec).standard_normal(key[2], dtype=jax.numpy.dtype(spec["dtype"]))
-            array.flags.writeable = False
-            self.arrays[key] = array
-        return self.arrays[key]
+    def tolerance(self) -> dict[str, float]:
+        return {d: tolerance_for(d, "real") for d in sorted(set(self.dtypes))}
 
-    def fill(self, program: dict[str, Any], seeds: range = range(TRIALS)) -> None:
-        for seed in seeds:
-            for spec in program["inputs"]:
-                if spec["dtype"] in ("float32", "float64"):
-                    self.normal(seed, spec)
+    def result(self, status: str, reason: str, **extra: Any) -> dict[str, Any]:
+        return {"status": status, "max_rel_error": self.worst, "tolerance": self.tolerance(), "trials": self.trials,
+                "criterion": self.criterion, "reason": reason, "draws": self.tried, **extra}
 
 
-def _stream(seed: int, spec: dict[str, Any]) -> np.random.Generator:
-    return np.random.default_rng([seed, zlib.crc32(spec["name"].encode())])
-
-
-def random_inputs(program: dict[str, Any], seed: int, scaled: bool = False,
-                  draws: InputDraws | None = None) -> list[np.ndarray]:
-    """Seeded inputs: standard normal floats, or with `scaled` normal / sqrt(fan-in) (`input_scales`)."""
-    draws = draws or InputDraws()
-    arrays = []
-    scales = input_scales(program) if scaled else [1.0] * len(program["inputs"])
-    for spec, scale in zip(program["inputs"], scales):
-        shape, dtype = tuple(spec["shape"]), jax.numpy.dtype(spec["dtype"])
-        if spec["dtype"] == "bool":
-            arrays.append(_stream(seed, spec).random(shape) < 0.5)
-        elif np.issubdtype(dtype, np.integer):
-            arrays.append(_stream(seed, spec).integers(0, 4, shape).astype(dtype))  # small: valid as indices too
-        elif dtype in (np.float32, np.float64):
-            normal = draws.normal(seed, spec)
-            arrays.append(normal if scale == 1.0 else normal * dtype.type(scale))
-        else:
-            arrays.append((_stream(seed, spec).normal(size=shape) * scale).astype(dtype))
-    return arrays
-
-
-def output_error(reference: np.ndarray, result: np.ndarray) -> float:
-    """Normwise relative error; 1.0 (or inf) for a mismatch in nan/inf positions or exact types."""
-    ref, res = np.asarray(reference), np.asarray(result)
-    if ref.shape != res.shape or ref.dtype != res.dtype:
-        return float("inf")
-    if not np.issubdtype(ref.dtype, np.inexact):
-        return 0.0 if np.array_equal(ref, res) else 1.0
-    ref64, res64 = ref.astype(np.float64), res.astype(np.float64)
-    if np.isfinite(ref64).all() and np.isfinite(res64).all():  # the common case, without masked copies
-        scale = max(np.abs(ref64).max(initial=0.0), np.finfo(np.float64).tiny)
-        return float(np.abs(ref64 - res64).max(initial=0.0) / scale) if ref64.size else 0.0
-    finite = np.isfinite(ref64)
-    if not np.array_equal(finite, np.isfinite(res64)) or not np.array_equal(ref64[~finite], res64[~finite],
-                                                                            equal_nan=True):
-        return float("inf")
-    if not finite.any():
-        return 0.0
-    scale = max(np.abs(ref64[finite]).max(), np.finfo(np.float64).tiny)
-    return float(np.abs(ref64[finite] - res64[finite]).max() / scale)
-
-
-def bit_identical(reference: np.ndarray, result: np.ndarray) -> bool:
-    """Equal values, including the sign of zero; nan matches nan (XLA does not keep payloads)."""
-    ref, res = np.asarray(reference), np.asarray(result)
-    if ref.shape != res.shape or ref.dtype != res.dtype:
-        return False
-    if not np.issubdtype(ref.dtype, np.inexact):
-        return bool(np.array_equal(ref, res))
-    nan = np.isnan(ref)
-    return bool(np.array_equal(nan, np.isnan(res)) and np.array_equal(ref[~nan], res[~nan])
-                and np.array_equal(np.signbit(ref[~nan]), np.signbit(res[~nan])))
-
-
-def tolerance_for(dtype: str, fp_mode: str) -> float:
-    return 0.0 if fp_mode == "exact" else TOLERANCE.get(dtype, 0.0)
-
-
-class Comparison:
-    """Accumulates reference-vs-result comparisons under one fp mode (the rules of the docstring)."""
-
-    def __init__(self, fp_mode: str):
-        self.fp_mode, self.worst, self.failed = fp_mode, 0.0, False
-        self.criterion, self.original_error = "direct", 0.0
-
-    def check(self, ref: Any, res: Any, exact: Callable[[], np.ndarray] | None) -> None:
-        """`exact()` gives the float64 reference, computed only when float32 results disagree;
-        without one a disagreement beyond tolerance fails."""
-        error = output_error(ref, res)
-        tolerance = tolerance_for(str(np.asarray(ref).dtype), self.fp_mode)
-        if self.fp_mode == "exact":
-            self.failed |= error > tolerance or not bit_identical(ref, res)
-        elif error > tolerance and np.asarray(ref).dtype == np.float32 and exact is not None:
-            wide = exact()
-            error = output_error(wide, np.asarray(res, np.float64))
-            baseline = output_error(wide, np.asarray(ref, np.float64))
-            self.failed |= error > max(tolerance, 2 * baseline)
-            self.criterion, self.original_error = "float64_reference", max(self.original_error, baseline)
-        else:
-            self.failed |= error > tolerance
-        self.worst = max(self.worst, error)
-
-    def result(self, trials: int, **extra: Any) -> dict[str, Any]:
-        return {"status": "failed" if self.failed else "passed", "max_rel_error": self.worst, "trials": trials,
-                "tolerance": {d: tolerance_for(d, self.fp_mode) for d in sorted(TOLERANCE)},
-                "criterion": self.criterion, "original_rel_error": self.original_error, **extra}
+def identical() -> dict[str, Any]:
+    return {"status": "identical", "max_rel_error": 0.0, "tolerance": {}, "trials": 0, "criterion": "identical",
+            "reason": "value numbering finds the same computation in both programs; nothing was run"}
 
 
 def validate(original: dict[str, Any], optimized: dict[str, Any], fp_mode: str = "real",
              trials: int = TRIALS, seed: int = 0, draws: InputDraws | None = None) -> dict[str, Any]:
-    """{status, max_rel_error, trials, tolerance, criterion, original_rel_error}: original vs optimized.
-
-    Real mode compares float32 results directly; where they differ by more than the tolerance, an
-    ill-conditioned function (saturating activations, long recurrences) may amplify rounding in
-    either program, so both are then measured against a float64 evaluation of the original: the
-    optimized program passes if it is no less accurate than the original (within 2x, or the
-    tolerance). `criterion` says how the verdict was reached: `identical` (same computation, no
-    run needed), `regions` (only the rewritten regions ran), `direct` or `float64_reference`.
-
-    A region check that fails is not the verdict (its pairing of values is a heuristic), but
-    neither may a whole run on nicer inputs overrule it: deep random networks lose sensitivity
-    (attention in a 12-layer encoder barely depends on its query weights), so the whole run uses
-    the same standard-normal inputs as ever. `draws` may hold the inputs drawn ahead."""
+    """The verdict on `optimized` against `original` (see the module docstring); `draws` may hold
+    the inputs drawn ahead."""
     plan, draws = find_regions(original, optimized), draws or InputDraws()
     if plan is not None and not plan.regions:
-        return Comparison(fp_mode).result(0, criterion="identical")
-    if plan is not None and fp_mode == "real" and plan.share <= MAX_REGION_SHARE:
-        checked = region_validate(original, optimized, plan, Comparison(fp_mode), trials, seed, draws)
-        if checked["status"] == "passed":
-            return checked
-    return validate_whole(original, optimized, fp_mode, trials, seed, draws)
+        return identical()
+    if plan is None or fp_mode != "real" or plan.share > MAX_REGION_SHARE:
+        return validate_whole(original, optimized, fp_mode, trials, seed, draws)
+    regions = region_validate(original, optimized, plan, trials, seed, draws)
+    if regions["status"] == "passed":
+        return regions
+    whole = validate_whole(original, optimized, fp_mode, trials, seed, draws)
+    if regions["status"] != "failed" or whole["status"] != "passed":
+        return whole
+    # A failed region is not overruled by a whole run unless that run could have seen it: a change of
+    # the size the region showed, at the original value it was paired with, moves the outputs
+    # beyond the whole run's threshold, so the pairing (inferred by value numbering) was the error.
+    value = regions["roots"][regions["failed_output"]]
+    telling = [d for d in whole["draws"] if d["can_tell"]]
+    if all(change_shows(original, value, regions["failed_error"], d, d["threshold"], draws) for d in telling):
+        return {**whole, "reason": f"{whole['reason']}; a rewritten region disagreed with the original value "
+                                   f"{value} it was paired with, but a change that size there shows in these "
+                                   f"runs' outputs, so that pairing was wrong"}
+    return {**whole, "status": "inconclusive", "criterion": "regions",
+            "reason": f"a rewritten region disagrees with the original value {value} it was paired with "
+                      f"({regions['reason']}) while the whole programs agree, and a change that size there "
+                      f"need not show in the outputs: the check cannot tell which to believe"}
 
 
 def validate_pieces(original: dict[str, Any], optimized: dict[str, Any],
                     pieces: list[tuple[dict[str, Any], dict[str, Any]]], fp_mode: str = "real") -> dict[str, Any]:
-    """`optimized` stitched from optimized pieces of `original` (service/partition.py): each
-    distinct piece checked against the piece it replaces, as a program of its own (an encoder's
-    twelve layers: one check). A piece that does not pass sends the verdict to `validate`."""
+    """`optimized` stitched from optimized pieces of `original` (a piecewise search): each distinct
+    piece checked against the piece it replaces, as a program of its own (an encoder's twelve
+    layers: one check). A failed piece is the verdict; one that cannot tell sends it to `validate`."""
     results = [validate(written, searched, fp_mode) for written, searched in pieces]
-    if any(r["status"] != "passed" for r in results):
+    failed = [r for r in results if r["status"] == "failed"]
+    if failed:
+        return {**failed[0], "criterion": "pieces", "reason": f"a piece failed: {failed[0]['reason']}"}
+    if any(r["status"] not in ("passed", "identical") for r in results):
         return validate(original, optimized, fp_mode)
-    worst = max(results, key=lambda r: r["max_rel_error"])
-    return {**worst, "trials": min(r["trials"] for r in results), "criterion": "pieces",
-            "pieces": [r["criterion"] for r in results]}
+    if all(r["status"] == "identical" for r in results):
+        return identical()
+    checked = [r for r in results if r["status"] == "passed"]
+    worst = max(checked, key=lambda r: r["max_rel_error"])
+    return {**worst, "trials": min(r["trials"] for r in checked), "criterion": "pieces",
+            "pieces": [r["criterion"] for r in results],
+            "reason": f"each of {len(results)} distinct pieces passed or is identical"}
 
 
 def validate_whole(original: dict[str, Any], optimized: dict[str, Any], fp_mode: str = "real",
                    trials: int = TRIALS, seed: int = 0, draws: InputDraws | None = None) -> dict[str, Any]:
-    """Both whole programs, each jitted once, on every trial's standard-normal inputs. Where those
-    overflow (the original's float results hold inf or nan, so positions match vacuously), every
-    later trial draws fan-in scaled inputs instead, and one is added if none is left: another
-    standard-normal draw would overflow alike and check nothing more."""
-    run_original = jax.jit(program_to_callable(original))
-    run_optimized = jax.jit(program_to_callable(optimized))
-    wide = Float64Reference(original)
-    comparison = Comparison(fp_mode)
-    done, scaled, scaled_done = 0, False, 0
-    while done < trials or (scaled and not scaled_done):
-        args = random_inputs(original, seed + done, scaled, draws)
-        done, scaled_done = done + 1, scaled_done + scaled
-        refs, results = run_original(*args), run_optimized(*args)
-        for k, (ref, res) in enumerate(zip(refs, results)):
-            comparison.check(ref, res, lambda k=k: wide(args)[k])
-            ref = np.asarray(ref)
-            scaled = scaled or (np.issubdtype(ref.dtype, np.inexact) and not np.isfinite(ref).all())
-    return comparison.result(done)
+    """Both whole programs on the same inputs: in float64 (`real`), or in their own types (`exact`)."""
+    dtypes = _output_dtypes(original)
+    if fp_mode == "exact":
+        return _exact(original, optimized, dtypes, trials, seed, draws)
+    try:
+        reference, candidate = Widened(original), Widened(optimized)
+        return judge(original, dtypes, reference, candidate, Verdict("float64", dtypes), trials, seed, draws)
+    except CannotWiden as err:
+        return Verdict("float64", dtypes).result("inconclusive", str(err))
 
 
-def promote_to_float64(program: dict[str, Any]) -> dict[str, Any]:
-    """The same program computing in float64 wherever it computed in float32."""
-    consts = [{**c, "dtype": "float64", "data": encode_array(decode_array(ConstSpec(**c)).astype(np.float64))}
-              if c["dtype"] == "float32" else c for c in program.get("consts", [])]
-    promoted = json.loads(json.dumps({**program, "consts": []}).replace('"float32"', '"float64"'))
-    return {**promoted, "consts": consts}
+def judge(program: dict[str, Any], dtypes: list[str], reference: CheckFn, candidate: CheckFn, verdict: Verdict,
+          trials: int, seed: int, draws: InputDraws | None) -> dict[str, Any]:
+    """Draw inputs for `program` (`DRAWS` in turn) until `trials` of them can tell, comparing
+    `candidate`'s outputs with `reference`'s (both given widened inputs)."""
+    nudge = min(NUDGE.get(d, DEFAULT_NUDGE) for d in dtypes) if dtypes else DEFAULT_NUDGE
+    tolerances = [tolerance_for(d, "real") for d in dtypes]
+    for k, (scaled, contraction) in enumerate(DRAWS):
+        args = widen(random_inputs(program, seed + k, scaled, draws, contraction))
+        refs, results = reference(args), candidate(args)
+        moved = reference(nudged(program, args, seed + k, nudge))
+        errors = [output_error(r, c) for r, c in zip(refs, results)]
+        spread = [output_error(r, m) for r, m in zip(refs, moved)]
+        can_tell = all(informative(r) for r in refs) and all(s <= t for s, t in zip(spread, tolerances))
+        limits = [min(t, max(ROUNDING_FLOOR, ROUNDING_SLACK * s * FLOAT64_ROUNDING / nudge))
+                  for s, t in zip(spread, tolerances)]
+        verdict.tried.append({"seed": seed + k, "fan_in_scaled": scaled, "contraction": contraction,
+                              "max_rel_error": max(errors, default=0.0), "sensitivity": max(spread, default=0.0),
+                              "threshold": max(limits, default=0.0), "can_tell": can_tell})
+        if not can_tell:
+            continue
+        verdict.worst = max(verdict.worst, *errors, 0.0)
+        wrong = [(i, e, t) for i, (e, t) in enumerate(zip(errors, limits)) if e > t]
+        if wrong:
+            i, e, t = wrong[0]
+            return verdict.result("failed", f"output {i} differs by {e:.3g} relative on draw {seed + k}, beyond "
+                                            f"what rounding explains ({t:.3g}; tolerance {tolerances[i]:g}): the "
+                                            f"original moves by only {spread[i]:.3g} when its inputs change by "
+                                            f"{nudge:g} relative", failed_output=i, failed_error=e)
+        verdict.trials += 1
+        if verdict.trials == trials:
+            return verdict.result("passed", f"{trials} input draws agree within what rounding explains, each "
+                                            f"stable under a {nudge:g} relative change of the inputs")
+    worst_spread = max((d["sensitivity"] for d in verdict.tried), default=0.0)
+    return verdict.result("inconclusive", f"only {verdict.trials} of {len(verdict.tried)} input draws (contracted down "
+                                          f"to x{DRAWS[-1][1]:g}) could tell: the original's outputs move by up to "
+                                          f"{worst_spread:.3g} relative when its inputs change by {nudge:g}, beyond "
+                                          f"the tolerance (or overflow)")
 
 
-class Float64Reference:
-    """The program evaluated in float64, jitted once on first use and memoized per argument list
-    (a multi-output program asks once per output)."""
+def _exact(original: dict[str, Any], optimized: dict[str, Any], dtypes: list[str], trials: int, seed: int,
+           draws: InputDraws | None) -> dict[str, Any]:
+    """Bit-identical results in the declared types, on draws whose outputs are not all overflow."""
+    run_original, run_optimized = jax.jit(program_to_callable(original)), jax.jit(program_to_callable(optimized))
+    verdict = Verdict("exact", dtypes)
+    for k, (scaled, contraction) in enumerate(DRAWS):
+        args = random_inputs(original, seed + k, scaled, draws, contraction)
+        refs, results = [np.asarray(r) for r in run_original(*args)], [np.asarray(r) for r in run_optimized(*args)]
+        verdict.tried.append({"seed": seed + k, "fan_in_scaled": scaled, "contraction": contraction})
+        if not all(informative(r) for r in refs):
+            continue
+        verdict.worst = max(verdict.worst, *(output_error(r, c) for r, c in zip(refs, results)), 0.0)
+        different = [i for i, (r, c) in enumerate(zip(refs, results)) if not bit_identical(r, c)]
+        if different:
+            return verdict.result("failed", f"output {different[0]} is not bit-identical on draw {seed + k}")
+        verdict.trials += 1
+        if verdict.trials == trials:
+            return verdict.result("passed", f"bit-identical on {trials} input draws")
+    return verdict.result("inconclusive", "the original's outputs overflowed on every input draw tried")
 
-    def __init__(self, program: dict[str, Any]):
-        self.program, self.fn, self.last = program, None, (None, None)
 
-    def __call__(self, args: list[np.ndarray]) -> list[np.ndarray]:
-        if self.last[0] is args:
-            return self.last[1]
-        with jax.enable_x64(True):
-            if self.fn is None:
-                self.fn = jax.jit(program_to_callable(promote_to_float64(self.program)))
-            wide = [np.asarray(a).astype(np.float64) if np.asarray(a).dtype == np.float32 else a for a in args]
-            outs = [np.asarray(x) for x in self.fn(*wide)]
-        self.last = (args, outs)
-        return outs
+def _output_dtypes(program: dict[str, Any]) -> list[str]:
+    avals = {s["name"]: s["dtype"] for s in [*program["inputs"], *program.get("consts", [])]}
+    avals.update((o["name"], o["dtype"]) for e in program["eqns"] for o in e["out"])
+    return [avals[o] if isinstance(o, str) else o["dtype"] for o in program["outputs"]]
 
 
-def region_validate(original: dict[str, Any], optimized: dict[str, Any], plan: RegionPlan,
-                    comparison: Comparison, trials: int, seed: int, draws: InputDraws | None) -> dict[str, Any]:
-    """Per trial, one jitted call runs the original only as far as the regions need and each region
-    on the values the original feeds it (one compile for all: XLA's fixed cost per module is
-    larger than a small region's); each region's results are compared with the original's values.
-    Regions that are the same check (`check_key`: an encoder's layers) run once: the earliest of them."""
+def region_validate(original: dict[str, Any], optimized: dict[str, Any], plan: RegionPlan, trials: int, seed: int,
+                    draws: InputDraws | None) -> dict[str, Any]:
+    """One jitted call (in float64) runs the original only as far as the regions need and each
+    region on the values the original feeds it (one compile for all: XLA's fixed cost per module
+    is larger than a small region's); each region's results are compared with the original's
+    values there. Regions that are the same check (`check_key`) run once: the earliest of them."""
     checks: dict[str, Region] = {}
     for region in sorted(plan.regions, key=lambda r: max(r.eqns, default=-1)):  # the earliest of each kind:
         checks.setdefault(check_key(original, optimized, region, plan), region)  # the original runs that far
     wanted = list(dict.fromkeys(o for r in checks.values() for o in [*(o for o, _ in r.roots),
                                                                       *(o for _, o in r.boundary)]))
     needed = cone(original, wanted)  # the original up to those regions, and only the inputs it reads
+    roots = [o for region in checks.values() for o, _ in region.roots]
+    dtypes = [plan.original_numbered.aval[o][1] for o in roots]
+    verdict = Verdict("regions", dtypes)
+    extra = {"regions": len(plan.regions), "distinct_regions": len(checks), "region_share": round(plan.share, 4),
+             "roots": roots}
+    try:
+        with jax.enable_x64(True):
+            run_original = program_to_callable(promote_to_float64(needed))
+            calls = [(program_to_callable(promote_to_float64(region.subprogram(optimized, plan.numbered))), region)
+                     for region in checks.values()]
+    except (TypeError, ValueError) as err:
+        return verdict.result("inconclusive", f"the regions cannot be evaluated in float64: {err}", **extra)
     inputs = [s["name"] for s in needed["inputs"]]
-    run_original = program_to_callable(needed)
-    calls = [(program_to_callable(region.subprogram(optimized, plan.numbered)), region) for region in checks.values()]
 
     @jax.jit
     def run(*args):
         values = dict(zip(inputs, args))
         values.update(zip(wanted, run_original(*args)))
-        return [([values[o] for o, _ in region.roots], fn(*[values[o] for _, o in region.boundary]))
-                for fn, region in calls]
+        return [values[o] for o in roots], [out for fn, region in calls
+                                            for out in fn(*[values[o] for _, o in region.boundary])]
 
-    for trial in range(trials):
-        for refs, results in run(*random_inputs(needed, seed + trial, scaled=True, draws=draws)):
-            for ref, res in zip(refs, results):
-                comparison.check(ref, res, None)  # no float64 here: doubt goes to the whole run
-        if comparison.failed:
-            break  # the whole run decides; more region trials would not change that
-    return comparison.result(trial + 1, criterion="regions", regions=len(plan.regions),
-                             distinct_regions=len(checks), region_share=round(plan.share, 4))
+    last: list[Any] = [None, None]  # (the args, their results): reference and candidate share one run
+
+    def both(args: list[np.ndarray]) -> tuple[list, list]:
+        if last[0] is not args:
+            with jax.enable_x64(True):
+                try:
+                    refs, results = run(*args)
+                except (TypeError, ValueError) as err:
+                    raise CannotWiden(f"the regions cannot be evaluated in float64: {err}") from err
+            last[:] = [args, ([np.asarray(r) for r in refs], [np.asarray(r) for r in results])]
+        return last[1]
+
+    try:
+        return judge(needed, dtypes, lambda a: both(a)[0], lambda a: both(a)[1], verdict, trials, seed, draws) | extra
+    except CannotWiden as err:
+        return verdict.result("inconclusive", str(err), **extra)

@@ -36,9 +36,10 @@ class _Open(BaseModel):
 
 
 class Validation(_Open):
-    status: Literal["passed", "failed", "skipped"]
+    status: Literal["passed", "failed", "inconclusive", "identical", "skipped"]
     max_rel_error: float | None = None
     trials: int = 0
+    reason: str | None = Field(default=None, description="why the verdict is what it is (for inconclusive: what could not be told)")
 
 
 class Estimate(_Open):

@@ -27,7 +27,8 @@ from service.cache import ResultCache, canonical_request_id
 from service.limits import check_tensor_elements
 from service.settings import Settings, get_settings
 from service.sweep import SweepError, sweep
-from service.wire import FORMAT, WireError
+from service.translation_validation import ValidateRequest, ValidateResponse, validate_programs
+from service.wire import FORMAT, WireError, WireProgram
 from service.workers import QueueFull, WorkerDied, WorkerPool
 
 
@@ -162,17 +163,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
-def _program_within_limits(body: OptimizeRequest, settings: Settings) -> dict[str, Any]:
+def _program_within_limits(wire: WireProgram, settings: Settings, field: str = "program") -> dict[str, Any]:
     """The program exactly as the client sent it (aliases, literal objects), so the in-process
     client and HTTP produce the same request id and result; 422 beyond OPTU_MAX_EQUATIONS or
     OPTU_MAX_TENSOR_ELEMENTS."""
-    program = body.program.model_dump(mode="json", by_alias=True)
+    program = wire.model_dump(mode="json", by_alias=True)
     n_eqns = count_equations(program)
     if n_eqns > settings.max_equations:
-        raise HTTPException(422, {"eqn": None, "field": "program.eqns",
+        raise HTTPException(422, {"eqn": None, "field": f"{field}.eqns",
                                   "message": f"program has {n_eqns} equations; the limit is "
                                              f"{settings.max_equations} (OPTU_MAX_EQUATIONS)"})
-    check_tensor_elements(program, settings.max_tensor_elements)
+    try:
+        check_tensor_elements(program, settings.max_tensor_elements)
+    except WireError as err:  # /v1/optimize's fields are the program's own; /v1/validate names which program
+        raise err if field == "program" else WireError(err.message, eqn=err.eqn, field=f"{field}.{err.field}")
     return program
 
 
@@ -186,7 +190,7 @@ def _add_routes(app: FastAPI) -> None:
     async def optimize(body: OptimizeRequest, settings: Settings = Depends(settings_of)) -> Any:
         # async so the worker pool is awaited on the loop; blocking steps (a large program's dump,
         # cache I/O, in-process optimization) go to threads so /healthz stays responsive.
-        program = await run_in_threadpool(_program_within_limits, body, settings)
+        program = await run_in_threadpool(_program_within_limits, body.program, settings)
         hardware = resolve_hardware(body.hardware, settings.default_hardware)
         key = await run_in_threadpool(canonical_request_id, program, hardware, body.options)
         if (hit := await run_in_threadpool(app.state.cache.get, key)) is not None:
@@ -203,12 +207,21 @@ def _add_routes(app: FastAPI) -> None:
                                               "profile field (named), or a program that does not type-check"}})
     def sweep_hardware(body: SweepRequest, settings: Settings = Depends(settings_of)) -> Any:
         """Optimize the program at every point of a grid of profile overrides, re-extracting each."""
-        program = _program_within_limits(body, settings)
+        program = _program_within_limits(body.program, settings)
         hardware = resolve_hardware(body.hardware, settings.default_hardware)
         try:
             return sweep(program, hardware, body.params, body.options)
         except SweepError as exc:  # a ProfileError too, but the field lives in params, not hardware
             raise HTTPException(422, {"field": exc.field, "message": str(exc)}) from None
+
+    @app.post("/v1/validate", response_model=ValidateResponse, tags=["validate"],
+              responses={422: {"description": "either program does not type-check, or their input or output "
+                                              "signatures differ (the field is named)"}})
+    def validate_candidate(body: ValidateRequest, settings: Settings = Depends(settings_of)) -> Any:
+        """Translation validation of any candidate against an original with the same signature."""
+        original = _program_within_limits(body.original, settings, "original")
+        candidate = _program_within_limits(body.candidate, settings, "candidate")
+        return validate_programs(original, candidate, body.fp_mode, body.seed)
 
     @app.get("/v1/hardware", response_model=list[HardwareSummary], tags=["hardware"])
     def hardware_list() -> list[HardwareSummary]:

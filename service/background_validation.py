@@ -15,7 +15,8 @@ from typing import Any, Callable
 import jax
 
 from lowering.regions import find_regions
-from lowering.validate import InputDraws, validate
+from lowering.validate import validate
+from lowering.validation_inputs import InputDraws
 
 
 class CollectionPause:

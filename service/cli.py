@@ -1,5 +1,5 @@
-"""The `optu` console script: serve the API, optimize a wire-program file, sweep hardware parameters,
-calibrate the cpu-host profile, list hardware profiles."""
+"""The `optu` console script: serve the API, optimize a wire-program file, validate one program
+against another, sweep hardware parameters, calibrate the cpu-host profile, list hardware profiles."""
 from __future__ import annotations
 
 import argparse
@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 import httpx
 
-from service.client import OptimizeError, optimize_program
+from service.client import OptimizeError, optimize_program, validate_programs
 from service.settings import get_settings
 
 
@@ -60,6 +60,23 @@ def _optimize(args: argparse.Namespace) -> int:
     else:
         print(json.dumps(response, indent=2) if args.json else _summary(response))
     return 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from service.translation_validation import EXIT_CODES
+
+    try:
+        original, candidate = (_load_request(path)["program"] for path in (args.original, args.candidate))
+        verdict = validate_programs(original, candidate, server=args.server, fp_mode=args.fp_mode, seed=args.seed)
+    except (OptimizeError, OSError, ValueError) as exc:  # 1 and 2 are verdicts: a usage error is neither
+        print(f"optu: {exc}", file=sys.stderr)
+        return 3
+    if args.json:
+        print(json.dumps(verdict, indent=2))
+    else:
+        print(f"{verdict['status']}: {verdict['reason']} (max rel error {verdict['max_rel_error']:.3g}, "
+              f"{verdict['trials']} trials)")
+    return EXIT_CODES[verdict["status"]]
 
 
 def _number(text: str) -> int | float:
@@ -176,6 +193,17 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--server", metavar="URL", help="POST to this server's /v1/sweep instead of running in-process")
     sw.add_argument("--json", action="store_true", help="print the whole result")
     sw.set_defaults(run=_sweep)
+
+    val = commands.add_parser("validate", help="check that CANDIDATE computes what ORIGINAL does "
+                                               "(exit 0 passed or identical, 1 failed, 2 inconclusive, "
+                                               "3 not comparable)")
+    val.add_argument("original", metavar="ORIGINAL.json", help="a wire program (or a request body holding one)")
+    val.add_argument("candidate", metavar="CANDIDATE.json")
+    val.add_argument("--fp-mode", choices=["real", "exact"], default="real")
+    val.add_argument("--seed", type=int, default=0, help="the first input draw's seed")
+    val.add_argument("--server", metavar="URL", help="POST to this server's /v1/validate instead of running in-process")
+    val.add_argument("--json", action="store_true", help="print the whole verdict")
+    val.set_defaults(run=_validate)
 
     cal = commands.add_parser("calibrate", help="measure this CPU with JAX and write the cpu-host profile")
     cal.add_argument("--seconds", type=float, default=20, help="measurement budget, compile time excluded")

@@ -20,6 +20,10 @@ from service.capture import capture_with_trees
 from service.settings import get_settings
 
 DEFAULT_HARDWARE = "optu-v1"
+# What `jit` does when optimizing a signature goes wrong: "fallback" runs plain jax.jit (with a
+# warning) on an error, a failed or an inconclusive validation; "raise" raises instead; "accept"
+# falls back like "fallback" but uses a result whose validation is inconclusive (with a warning).
+ON_ERROR = ("fallback", "raise", "accept")
 
 
 class OptimizeError(RuntimeError):
@@ -92,8 +96,34 @@ def optimize_program(program: dict[str, Any], *, server: str | None = None,
     return json.loads(OptimizeResponse.model_validate(raw).model_dump_json())
 
 
-def _post(server: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
-    url = server.rstrip("/") + "/v1/optimize"
+def validate_programs(original: dict[str, Any], candidate: dict[str, Any], *, server: str | None = None,
+                      fp_mode: str = "real", seed: int = 0, timeout: float = 120) -> dict[str, Any]:
+    """The /v1/validate verdict on two wire programs: POSTed to `server`, or run in-process."""
+    body = {"original": original, "candidate": candidate, "fp_mode": fp_mode, "seed": seed}
+    if server is not None:
+        return _post(server, body, timeout, "/v1/validate")
+    from service import translation_validation  # in-process only, as for optimize
+
+    try:
+        return translation_validation.validate_programs(original, candidate, fp_mode, seed)
+    except Exception as exc:
+        mapped = error_status(exc)
+        if mapped is None:
+            raise
+        raise OptimizeError(f"validate failed ({mapped[0]}): {mapped[1]}", status=mapped[0], detail=mapped[1]) from exc
+
+
+def validate(fn_original: Callable[..., Any], fn_candidate: Callable[..., Any], *args: Any,
+             server: str | None = None, fp_mode: str = "real", seed: int = 0) -> dict[str, Any]:
+    """Whether `fn_candidate` computes what `fn_original` does at arguments like `args` (shapes and
+    dtypes are what count): both captured and checked by translation validation. The verdict's
+    `status` is passed, failed, inconclusive (with the `reason`) or identical."""
+    original, candidate = capture_with_trees(fn_original, *args)[0], capture_with_trees(fn_candidate, *args)[0]
+    return validate_programs(original, candidate, server=server, fp_mode=fp_mode, seed=seed)
+
+
+def _post(server: str, body: dict[str, Any], timeout: float, route: str = "/v1/optimize") -> dict[str, Any]:
+    url = server.rstrip("/") + route
     try:
         reply = httpx.post(url, json=body, timeout=timeout)
     except httpx.HTTPError as exc:
@@ -103,7 +133,7 @@ def _post(server: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
             detail = reply.json().get("detail")
         except (ValueError, AttributeError):
             detail = reply.text
-        raise OptimizeError(f"optimize failed ({reply.status_code}): {detail}",
+        raise OptimizeError(f"{route.rsplit('/', 1)[-1]} failed ({reply.status_code}): {detail}",
                             status=reply.status_code, detail=detail)
     return reply.json()
 
@@ -133,6 +163,10 @@ def optimize(fn: Callable[..., Any], *args: Any, server: str | None = None,
     program, in_tree, out_tree = capture_with_trees(fn, *args, weight_argnums=weight_argnums)
     response = optimize_program(program, server=server, hardware=hardware, timeout=timeout,
                                 options=options)
+    if response["validation"]["status"] == "inconclusive":
+        warnings.warn(f"optu: the optimized program's validation is inconclusive "
+                      f"({response['validation'].get('reason')}); check `.validation` before using `.fn`",
+                      RuntimeWarning, stacklevel=2)
     return _result(response, in_tree, out_tree)
 
 
@@ -142,8 +176,8 @@ class OptimizedFunction:
     def __init__(self, fn: Callable[..., Any], *, server: str | None, hardware: str | dict | None,
                  static_argnums: Sequence[int], static_argnames: Sequence[str],
                  weight_argnums: Sequence[int], on_error: str, options: dict[str, Any]):
-        if on_error not in ("fallback", "raise"):
-            raise ValueError(f"on_error must be 'fallback' or 'raise', not {on_error!r}")
+        if on_error not in ON_ERROR:
+            raise ValueError(f"on_error must be one of {', '.join(map(repr, ON_ERROR))}, not {on_error!r}")
         functools.update_wrapper(self, fn)
         self._fn = fn
         self._server, self._hardware, self._options = server, hardware, options
@@ -195,9 +229,14 @@ class OptimizedFunction:
         try:
             result = _optimize_split(traced, dyn_args, dyn_kwargs, weights, self._server,
                                      self._hardware, self._options)
-            if result.validation.get("status") == "failed":
-                raise OptimizeError("the optimized program failed validation",
-                                    detail=result.validation)
+            status = result.validation.get("status")
+            if status == "failed" or (status == "inconclusive" and self._on_error != "accept"):
+                raise OptimizeError(f"the optimized program's validation is {status}: "
+                                    f"{result.validation.get('reason')}", detail=result.validation)
+            if status == "inconclusive":
+                warnings.warn(f"optu: using {getattr(self._fn, '__name__', self._fn)!r} optimized although its "
+                              f"validation is inconclusive: {result.validation.get('reason')}", RuntimeWarning,
+                              stacklevel=3)
         except Exception as exc:  # "fallback" means the optimizer can never break the user's code
             if self._on_error == "raise":
                 raise

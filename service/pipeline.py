@@ -82,7 +82,7 @@ def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | N
             candidate, lowered, fusion_report = _kernels(found, written, baseline, profile, notes)
         with stage(timings, "validate"):
             if not options.validate_result:
-                validation = {"status": "skipped", "max_rel_error": None, "trials": 0}
+                validation = {"status": "skipped", "max_rel_error": None, "trials": 0, "reason": "validation turned off by the request"}
             elif early is not None:
                 validation = early.result_for(candidate)
             elif candidate is found.candidate and found.searched_pieces and nested == program:

@@ -41,7 +41,10 @@ def test_quality_benchmark_reports_every_number_and_writes_its_files(tmp_path):
         assert "error" not in row, row.get("traceback")
         for point in ("naive", "baseline", "optimized"):
             assert row[point]["time_s"] > 0 and row[point]["energy_j"] > 0 and row[point]["hbm_bytes"] > 0
-        assert row["validation"]["status"] == "passed" and row["validation"]["tolerance_float32"] > 0
+        if row["model"] == "mlp2":  # returned as written: nothing beats the baseline's kernels
+            assert row["validation"]["status"] == "identical" and row["validation"]["trials"] == 0
+        else:
+            assert row["validation"]["status"] == "passed" and row["validation"]["tolerance"]["float32"] > 0
         assert row["speedup_vs_baseline"] >= 1.0  # by the optimizer's own estimate
         assert row["optimized"]["kernels"] >= 1 and {"saturate", "extract", "validate"} <= set(row["timings_s"])
     summary = result["summary"]
@@ -90,7 +93,7 @@ def test_cpu_speed_benchmark_measures_both_programs_interleaved(tmp_path):
     assert row["reps"] >= 5 and row["original"]["median_s"] > 0 and row["optimized"]["median_s"] > 0
     assert row["speedup_measured"] == row["original"]["median_s"] / row["optimized"]["median_s"]
     assert row["hoisted"]["speedup_measured"] > 0 and row["hoisted"]["reps"] >= 5
-    assert row["validation"] == "passed" and row["max_rel_error_example_inputs"] < 1e-4
+    assert row["validation"] == "identical" and row["max_rel_error_example_inputs"] < 1e-4  # mlp2: unchanged
     mlp2_flops = 2 * 32 * (128 * 256 + 256 * 10)  # x @ w1 and h @ w2: fusion changes neither
     assert row["gemm_flops"] == {"original": mlp2_flops, "optimized": mlp2_flops}
     peak = result["summary"]["peak_gemm_flops_per_s"]

@@ -10,7 +10,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lowering.validate import TRIALS
+from bench.models.zoo import ZOO
+from lowering.validation_inputs import TRIALS
 from service.background_validation import BackgroundValidation, CollectionPause, Job
 from service.capture import capture
 from service.pipeline import optimize
@@ -31,11 +32,19 @@ def _renamed(program):
     return json.loads(text)
 
 
+V = np.linspace(0.5, 1.5, 16, dtype=np.float32)
+
+
+def _scaled_columns(rewritten: bool):
+    return capture((lambda x, w, v: x @ (w * v)) if rewritten else (lambda x, w, v: (x @ w) * v), X, W, V)
+
+
 def test_a_candidate_computing_the_same_gets_the_background_verdict():
-    program, timings = _program(), {}
+    program, timings = _scaled_columns(False), {}
     with BackgroundValidation(program, "real", timings) as early:
-        early.start(program)
-        verdict = early.result_for(_renamed(program))
+        early.start(_scaled_columns(True))
+        verdict = early.result_for(_renamed(_scaled_columns(True)))
+    assert verdict is early.jobs[-1].value  # the background job's verdict, not a new check
     assert verdict["status"] == "passed" and "validate_background" in timings
     assert not any(job.paused for job in early.jobs)  # every job's thread is gone and its pause handed back
 
@@ -82,7 +91,8 @@ def test_a_different_candidate_is_validated_on_its_own():
 
 
 def test_the_pipeline_validates_beside_fusion_and_under_the_callers_x64_mode():
-    response = optimize(_program())
+    fn, args = ZOO["matmul_chain"]()
+    response = optimize(capture(fn, *args))  # reordered: a different computation, validated
     assert response["validation"]["status"] == "passed"
     assert "validate_background" in response["report"]["timings_s"]
     with jax.enable_x64(True):  # the thread runs under the caller's JAX config, not its own default

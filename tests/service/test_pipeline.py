@@ -17,6 +17,7 @@ from lowering.to_jax import program_to_callable
 from service.capture import capture
 from service.pipeline import optimize
 from service.wire import WireError
+from wire_examples import VALIDATED
 
 
 @pytest.fixture(scope="module", params=sorted(ZOO))
@@ -28,7 +29,7 @@ def zoo_case(request):
 
 def test_zoo_result_is_validated_and_matches_original(zoo_case):
     name, fn, args, program, response = zoo_case
-    assert response["validation"]["status"] == "passed", response["report"]["notes"]
+    assert response["validation"]["status"] in VALIDATED, response["report"]["notes"]
     expected = [np.asarray(x) for x in jax.tree.leaves(fn(*args))]
     got = program_to_callable(response["program"])(*jax.tree.leaves(args))
     for want, have in zip(expected, got):
@@ -106,7 +107,7 @@ def _dedup_ops(program):
 def test_exact_mode_is_bit_identical():
     fn, args = ZOO["mlp2"]()
     response = optimize(capture(fn, *args), options={"fp_mode": "exact"})
-    assert response["validation"]["status"] == "passed"
+    assert response["validation"]["status"] in VALIDATED
     assert response["validation"]["max_rel_error"] == 0.0
 
 
@@ -129,7 +130,7 @@ def test_a_program_with_no_outputs_is_optimized_to_nothing():
     program = capture(fn, *args)
     program["outputs"] = []
     response = optimize(program)
-    assert response["program"]["eqns"] == [] and response["validation"]["status"] == "passed"
+    assert response["program"]["eqns"] == [] and response["validation"]["status"] == "identical"
 
 
 def test_a_search_on_another_thread_leaves_no_egraph_for_this_thread_to_drop():

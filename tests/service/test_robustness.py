@@ -14,6 +14,7 @@ from wire_examples import MATMUL_SCALE as TINY
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
 from service.capture import capture
 from service.devserver import running_server
+from wire_examples import VALIDATED
 
 SCAN_LEAF = {"format": "optu.jaxpr/v1", "inputs": [{"name": "x", "shape": [4], "dtype": "float32"}],
              "consts": [], "outputs": ["y"],
@@ -204,7 +205,7 @@ def test_sixteen_clients_two_hundred_requests_zero_errors_all_validated(server_u
     assert not errors, f"{len(errors)} of 200 failed, first: {errors[:3]}"
     for name, _, text in results:
         answer = json.loads(text)
-        assert answer["validation"]["status"] == "passed", (name, answer["validation"])
+        assert answer["validation"]["status"] in VALIDATED, (name, answer["validation"])
         assert answer["program"]["format"] == "optu.jaxpr/v1" and answer["cache"] in ("hit", "miss")
     ids = {}
     for (name, content), (_, _, text) in zip(jobs, results):  # the same request always gets the same id

@@ -1,6 +1,9 @@
 """Small hand-written wire programs shared by the service tests."""
 from __future__ import annotations
 
+# Verdicts that let a result be used: checked and found equal, or the same computation (nothing run).
+VALIDATED = ("passed", "identical")
+
 # (a @ b) * 0.5, with b a weight: typical of what a build pipeline sends.
 MATMUL_SCALE = {
     "format": "optu.jaxpr/v1",

@@ -1,0 +1,32 @@
+"""Whether a change at one value of a program shows in its outputs: what decides, when a rewritten
+region disagrees with the original value it was paired with but the whole programs agree, between
+"the pairing was a wrong guess" (a change that size there would have shown) and "the whole run
+cannot see it" (inconclusive)."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from lowering.compare import output_error
+from lowering.regions import cone
+from lowering.validation_inputs import InputDraws, random_inputs
+from lowering.widen import Widened, widen
+
+
+def change_shows(original: dict[str, Any], value: str, relative: float, draw: dict[str, Any], threshold: float,
+                 draws: InputDraws | None = None) -> bool:
+    """On `draw` (a whole run's draw: seed, fan_in_scaled, contraction), whether moving `value` by
+    `relative` of its largest magnitude, in a seeded random direction, moves `original`'s outputs
+    by more than `threshold` (normwise relative)."""
+    args = widen(random_inputs(original, draw["seed"], draw["fan_in_scaled"], draws, draw["contraction"]))
+    by_name = dict(zip((s["name"] for s in original["inputs"]), args))
+    upto, rest = cone(original, [value]), cone(original, original["outputs"], fed=[value])
+    (current,) = Widened(upto)([by_name[s["name"]] for s in upto["inputs"]])
+    if not np.issubdtype(current.dtype, np.inexact) or not current.size:
+        return False
+    direction = np.random.default_rng(draw["seed"]).standard_normal(current.shape)
+    moved = current + relative * np.abs(current).max() * direction / max(np.abs(direction).max(), 1e-300)
+    before = Widened(original)(args)
+    after = Widened(rest)([moved.astype(current.dtype), *(by_name[s["name"]] for s in rest["inputs"][1:])])
+    return any(output_error(b, a) > threshold for b, a in zip(before, after))

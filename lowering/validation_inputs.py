@@ -1,0 +1,103 @@
+"""The inputs translation validation runs programs on: seeded random draws, scaled like an
+initialized network, contracted toward zero where the original is too sensitive to tell, and
+nudged by a tiny relative amount to measure that sensitivity."""
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import jax
+import numpy as np
+
+TRIALS = 2  # input draws that must be able to tell before a program passes
+
+
+def input_scales(program: dict[str, Any]) -> list[float]:
+    """1/sqrt(fan-in) for inputs used as the right operand of a contraction, else 1.
+
+    Unit-variance weights make every matmul grow its output by sqrt(K): deep programs then saturate
+    softmax and tanh (where rounding differences are amplified without bound) or overflow to inf
+    (where every comparison passes vacuously). Scaled like an initialized network, values stay O(1)."""
+    index = {spec["name"]: k for k, spec in enumerate(program["inputs"])}
+    scales = [1.0] * len(program["inputs"])
+    for eqn in program["eqns"]:
+        if eqn["op"] not in ("dot_general", "conv_general_dilated") or len(eqn["in"]) != 2:
+            continue
+        rhs = eqn["in"][1]
+        if not isinstance(rhs, str) or rhs not in index:
+            continue
+        shape = program["inputs"][index[rhs]]["shape"]
+        if eqn["op"] == "dot_general":
+            fan_in = int(np.prod([shape[d] for d in eqn["params"]["dimension_numbers"][0][1]]))
+        else:
+            out_feature = eqn["params"]["dimension_numbers"]["fields"]["rhs_spec"][0]
+            fan_in = int(np.prod(shape)) // max(shape[out_feature], 1)
+        scales[index[rhs]] = min(scales[index[rhs]], 1.0 / np.sqrt(max(fan_in, 1)))
+    return scales
+
+
+class InputDraws:
+    """Standard-normal draws per (trial seed, input), each made once and kept read-only: a whole run
+    and a region run of the same trial share them (a region run reads a subset of the inputs), and
+    they can be drawn ahead (`fill`) while the optimizer is still searching. Each input has a
+    stream of its own, seeded by the trial seed and the input's name, so a subset draws the same."""
+
+    def __init__(self) -> None:
+        self.arrays: dict[tuple, np.ndarray] = {}
+
+    def normal(self, seed: int, spec: dict[str, Any]) -> np.ndarray:
+        key = (seed, spec["name"], tuple(spec["shape"]), spec["dtype"])
+        if key not in self.arrays:  # drawn in the target type: 4x faster on big weights
+            array = _stream(seed, spec).standard_normal(key[2], dtype=jax.numpy.dtype(spec["dtype"]))
+            array.flags.writeable = False
+            self.arrays[key] = array
+        return self.arrays[key]
+
+    def fill(self, program: dict[str, Any], seeds: range = range(TRIALS)) -> None:
+        for seed in seeds:
+            for spec in program["inputs"]:
+                if spec["dtype"] in ("float32", "float64"):
+                    self.normal(seed, spec)
+
+
+def _stream(seed: int, spec: dict[str, Any], salt: int = 0) -> np.random.Generator:
+    return np.random.default_rng([seed, zlib.crc32(spec["name"].encode()), salt])
+
+
+def random_inputs(program: dict[str, Any], seed: int, scaled: bool = False, draws: InputDraws | None = None,
+                  contraction: float = 1.0) -> list[np.ndarray]:
+    """Seeded inputs: standard normal floats, with `scaled` divided by sqrt(fan-in) (`input_scales`),
+    and every float multiplied by `contraction` (< 1 draws them toward zero, where recurrences and
+    saturating activations stop amplifying differences). Integers are small (valid as indices)."""
+    draws = draws or InputDraws()
+    arrays = []
+    scales = input_scales(program) if scaled else [1.0] * len(program["inputs"])
+    for spec, scale in zip(program["inputs"], scales):
+        shape, dtype = tuple(spec["shape"]), jax.numpy.dtype(spec["dtype"])
+        scale *= contraction
+        if spec["dtype"] == "bool":
+            arrays.append(_stream(seed, spec).random(shape) < 0.5)
+        elif np.issubdtype(dtype, np.integer):
+            arrays.append(_stream(seed, spec).integers(0, 4, shape).astype(dtype))
+        elif dtype in (np.float32, np.float64):
+            normal = draws.normal(seed, spec)
+            arrays.append(normal if scale == 1.0 else normal * dtype.type(scale))
+        elif np.issubdtype(dtype, np.complexfloating):
+            stream = _stream(seed, spec)
+            arrays.append(((stream.normal(size=shape) + 1j * stream.normal(size=shape)) * scale).astype(dtype))
+        else:
+            arrays.append((_stream(seed, spec).normal(size=shape) * scale).astype(dtype))
+    return arrays
+
+
+def nudged(program: dict[str, Any], args: list[np.ndarray], seed: int, relative: float) -> list[np.ndarray]:
+    """`args` with every float and complex value changed by about `relative` of itself, seeded:
+    how far the outputs move then is the program's own sensitivity at these inputs."""
+    out = []
+    for spec, arg in zip(program["inputs"], args):
+        array = np.asarray(arg)
+        if np.issubdtype(array.dtype, np.inexact):
+            noise = _stream(seed, spec, salt=1).standard_normal(array.shape)
+            array = (array * (1.0 + relative * noise)).astype(array.dtype)
+        out.append(array)
+    return out

@@ -1,0 +1,54 @@
+"""A wire program evaluated in float64 (complex128 for complex): every narrower float type promoted,
+jitted once under JAX's x64 scoped to the call, so translation validation compares programs in
+real arithmetic rather than in their own rounding."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import jax
+import numpy as np
+
+from lowering.to_jax import program_to_callable
+from service.wire import ConstSpec, decode_array, encode_array
+
+WIDE = {"float16": "float64", "bfloat16": "float64", "float32": "float64", "complex64": "complex128"}
+
+
+class CannotWiden(Exception):
+    """The program does not evaluate in float64 (e.g. it bitcasts a float32 to an int32)."""
+
+
+def widen(args: list[Any]) -> list[np.ndarray]:
+    """Floats as float64, complex as complex128; the rest as they are."""
+    out = []
+    for a in args:
+        array = np.asarray(a)
+        wide = WIDE.get(str(array.dtype))
+        out.append(array.astype(wide) if wide else array)
+    return out
+
+
+def promote_to_float64(program: dict[str, Any]) -> dict[str, Any]:
+    """The same program computing in float64 (complex128) wherever it computed in a narrower type."""
+    consts = [{**c, "dtype": WIDE[c["dtype"]], "data": encode_array(decode_array(ConstSpec(**c)).astype(WIDE[c["dtype"]]))}
+              if c["dtype"] in WIDE else c for c in program.get("consts", [])]
+    text = json.dumps({**program, "consts": []})
+    for narrow, wide in WIDE.items():
+        text = text.replace(f'"{narrow}"', f'"{wide}"')
+    return {**json.loads(text), "consts": consts}
+
+
+class Widened:
+    """A program evaluated in float64 (`promote_to_float64`), jitted once under scoped x64."""
+
+    def __init__(self, program: dict[str, Any]):
+        with jax.enable_x64(True):
+            self.fn = jax.jit(program_to_callable(promote_to_float64(program)))
+
+    def __call__(self, args: list[np.ndarray]) -> list[np.ndarray]:
+        with jax.enable_x64(True):
+            try:
+                return [np.asarray(x) for x in self.fn(*args)]
+            except (TypeError, ValueError) as err:  # a trace-time type error: the widened program is ill-typed
+                raise CannotWiden(f"the program cannot be evaluated in float64: {err}") from err

@@ -1,0 +1,66 @@
+"""Translation validation as a service (`POST /v1/validate`, `optu validate`,
+`service.client.validate`): any two programs with one signature, hand-rewritten or from another
+compiler, checked as the optimizer checks its own results (lowering/validate.py)."""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from lowering.to_jax import typecheck
+from lowering.validate import validate
+from service.wire import WireError, WireProgram
+
+EXIT_CODES = {"passed": 0, "identical": 0, "failed": 1, "inconclusive": 2}  # `optu validate`
+
+
+class ValidateRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    original: WireProgram = Field(description="the reference program")
+    candidate: WireProgram = Field(description="the program that should compute what `original` does")
+    fp_mode: Literal["real", "exact"] = Field("real", description="real: equal in real arithmetic, within the "
+                                                                  "outputs' dtype tolerance; exact: bit-identical")
+    seed: int = Field(0, ge=0, description="the first input draw's seed")
+
+
+class ValidateResponse(BaseModel):
+    model_config = ConfigDict(extra="allow")  # criterion, draws, regions: the check's own account
+
+    status: Literal["passed", "failed", "inconclusive", "identical"]
+    max_rel_error: float
+    tolerance: dict[str, float]
+    trials: int
+    reason: str
+
+
+def _signature(program: dict[str, Any], side: str) -> tuple[list[tuple], list[tuple]]:
+    """(inputs, outputs) as (shape, dtype) in order; WireError naming `side` if it does not type-check."""
+    try:
+        typecheck(program)
+    except WireError as err:
+        raise WireError(err.message, eqn=err.eqn, field=f"{side}.{err.field}" if err.field else side) from None
+    avals = {s["name"]: (tuple(s["shape"]), s["dtype"]) for s in [*program["inputs"], *program.get("consts", [])]}
+    avals.update((o["name"], (tuple(o["shape"]), o["dtype"])) for e in program["eqns"] for o in e["out"])
+    outputs = [avals[o] if isinstance(o, str) else ((), o["dtype"]) for o in program["outputs"]]
+    return [(tuple(s["shape"]), s["dtype"]) for s in program["inputs"]], outputs
+
+
+def check_signatures(original: dict[str, Any], candidate: dict[str, Any]) -> None:
+    """WireError (a 422) unless both programs type-check and take and return the same avals in order."""
+    (o_in, o_out), (c_in, c_out) = _signature(original, "original"), _signature(candidate, "candidate")
+    for part, ours, theirs in (("inputs", o_in, c_in), ("outputs", o_out, c_out)):
+        if len(ours) != len(theirs):
+            raise WireError(f"the candidate has {len(theirs)} {part}, the original {len(ours)}",
+                            field=f"candidate.{part}")
+        for k, (a, b) in enumerate(zip(ours, theirs)):
+            if a != b:
+                raise WireError(f"{b[1]}{list(b[0])} where the original has {a[1]}{list(a[0])}",
+                                field=f"candidate.{part}[{k}]")
+
+
+def validate_programs(original: dict[str, Any], candidate: dict[str, Any], fp_mode: str = "real",
+                      seed: int = 0) -> dict[str, Any]:
+    """The verdict on `candidate` against `original`; WireError when they cannot be compared."""
+    check_signatures(original, candidate)
+    return validate(original, candidate, fp_mode, seed=seed)
