@@ -10,6 +10,7 @@ import pytest
 
 from service.capture import capture
 from service.pipeline import optimize
+from rule_harness import VALIDATED
 
 TERMS = [np.full((4,), i / 200, np.float32) for i in range(200)]
 SUM = capture(lambda *xs: functools.reduce(operator.add, xs), *TERMS)  # 199 chained adds
@@ -25,7 +26,7 @@ def test_two_hundred_term_sum_stops_at_its_budget_and_is_validated(options, reas
     response = optimize(SUM, options=options)
     egraph = response["report"]["egraph"]
     assert egraph["stop_reason"] in reasons
-    assert response["validation"]["status"] == "passed"
+    assert response["validation"]["status"] in VALIDATED
     assert response["estimate"]["optimized"]["time_s"] <= response["estimate"]["baseline"]["time_s"]
     assert time.perf_counter() - start < 60  # generous: a runaway saturation would take hours
 

@@ -21,6 +21,7 @@ from rewrites.ingest import ingest
 from rewrites.schedule import NO_RULES, Budget, saturate
 from service.capture import capture
 from service.pipeline import optimize
+from rule_harness import VALIDATED
 
 PROFILE = load_profile("optu-v1")
 DIMS = [2048, 16, 2048, 16, 2048, 8, 1024, 4, 512]  # left to right makes 2048 x 2048 products
@@ -96,7 +97,7 @@ def test_the_seeded_order_is_extracted_with_no_reassociation_rule():
     assert optimum < 0.5 * left_to_right
     assert abs(extraction.cost - optimum) < 1e-9
     emitted = emit_program(view, extraction.choice, loaded.params, program)
-    assert validate(program, emitted.program, "real")["status"] == "passed"
+    assert validate(program, emitted.program, "real")["status"] in VALIDATED
 
 
 def test_exact_mode_keeps_the_written_order():

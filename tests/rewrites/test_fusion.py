@@ -21,6 +21,7 @@ from lowering.validate import validate
 from rewrites.ingest import ingest
 from rewrites.schedule import FUSION_ONLY, Budget, saturate
 from service.capture import capture
+from rule_harness import VALIDATED
 
 PROFILE = load_profile("optu-v1")
 RNG = np.random.default_rng(0)
@@ -78,7 +79,7 @@ def test_every_kernel_node_computes_its_unfused_value_bit_for_bit(name):
     assert chosen["kernel"] + chosen["kernel_tee"] > 0
     fused = emit_program(view, extraction.choice, loaded.params, program).program
     result = validate(program, fused, "exact")
-    assert result["status"] == "passed", result
+    assert result["status"] in VALIDATED, result
 
 
 def test_exp_feeding_two_consumers_is_recomputed_when_the_vector_unit_is_cheap_and_materialized_when_not():
@@ -115,7 +116,7 @@ def test_a_gemm_feeding_two_consumers_is_never_recomputed(profile):
     for method in ("ilp", "greedy"):
         _, emitted, kernels = extract_kernels(program, profile, method)
         assert sum(e["op"] == "dot_general" for e in emitted.program["eqns"]) == 1
-        assert validate(program, emitted.program, "exact")["status"] == "passed"
+        assert validate(program, emitted.program, "exact")["status"] in VALIDATED
         assert sum(k.kind in ("optical_gemm", "fused") and "dot_general" in k.ops for k in kernels.kernels) == 1
 
 

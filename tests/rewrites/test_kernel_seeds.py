@@ -22,6 +22,7 @@ from rewrites.kernel_seeds import seed_kernels
 from rewrites.schedule import FUSION_ONLY, Budget, saturate
 from service.capture import capture
 from service.pipeline import optimize
+from rule_harness import VALIDATED
 
 PROFILE = load_profile("optu-v1")
 RNG = np.random.default_rng(1)
@@ -65,7 +66,7 @@ def test_the_seeded_kernels_are_found_again_and_compute_the_program_bit_for_bit(
     used = [n for n in warm.choice.values() if n.op in KERNEL_OPS]
     assert len(used) == len(seeds)  # every seed found (a repeated equation hash-conses away)
     emitted = emit_program(view, warm.choice, loaded.params, program)
-    assert validate(program, emitted.program, "exact")["status"] == "passed"
+    assert validate(program, emitted.program, "exact")["status"] in VALIDATED
     lowered = build_kernel_program(emitted.program, PROFILE, groups=emitted.groups)
     # the seeded program is the greedy one (less a repeated equation, computed once), and extraction
     # prices it as the kernel program does, up to the tie-breaking epsilon it adds per op and node
@@ -85,7 +86,7 @@ def test_an_op_with_no_body_splits_the_kernel_into_seeds_around_it():
     before, after = sorted(seeds, key=lambda s: s.root)
     assert max(before.ops) < cumsum < min(after.ops)
     emitted = emit_program(view, warm.choice, loaded.params, program)
-    assert validate(program, emitted.program, "exact")["status"] == "passed"
+    assert validate(program, emitted.program, "exact")["status"] in VALIDATED
     assert len(build_kernel_program(emitted.program, PROFILE, groups=emitted.groups).kernels) == 3
 
 
@@ -100,7 +101,7 @@ def test_extraction_started_from_the_seeds_is_never_worse_than_them(name):
                        exclusive=exclusive, requires=requires)
     assert best.cost <= warm.cost
     emitted = emit_program(view, best.choice, loaded.params, program)
-    assert validate(program, emitted.program, "exact")["status"] == "passed"
+    assert validate(program, emitted.program, "exact")["status"] in VALIDATED
     assert build_kernel_program(emitted.program, PROFILE, groups=emitted.groups).total.time_s \
         <= greedy.total.time_s * (1 + 1e-9)
 
@@ -110,7 +111,7 @@ def test_the_seeded_baseline_keeps_the_e_graphs_kernels_at_or_below_it_on_the_ml
     response = optimize(capture(fn, *args, weight_argnums=WEIGHT_ARGNUMS["mlp_train_step"]))
     fusion = response["report"]["fusion"]
     assert fusion["chosen"] == "egraph" and fusion["egraph_s"] <= fusion["baseline_s"]
-    assert response["validation"]["status"] == "passed"
+    assert response["validation"]["status"] in VALIDATED
 
 
 def test_a_long_gemm_chain_seeds_without_unfolding_its_shared_values():
@@ -130,7 +131,7 @@ def test_a_long_gemm_chain_seeds_without_unfolding_its_shared_values():
     cost = {n.id: coster(n) for c in view.classes.values() for n in c.nodes}
     warm = seeded_extraction(view, seeds, cost, gemm_exclusive_groups(view), tee_requirements(view))
     emitted = emit_program(view, warm.choice, loaded.params, program)
-    assert validate(program, emitted.program, "exact")["status"] == "passed"
+    assert validate(program, emitted.program, "exact")["status"] in VALIDATED
     lowered = build_kernel_program(emitted.program, PROFILE, groups=emitted.groups)
     assert len(lowered.kernels) == 2 and lowered.total.time_s <= chains.total.time_s * (1 + 1e-9)
 
@@ -141,6 +142,6 @@ def test_the_unrolled_rnn_runs_its_steps_in_one_kernel_only_where_the_profile_al
     profile = with_overrides(PROFILE, {"kernel.max_gemms": max_gemms})
     response = optimize(capture(fn, *args, weight_argnums=WEIGHT_ARGNUMS["rnn_unrolled"]), profile)
     gemms = [k["ops"].count("dot_general") for k in response["kernels"]]
-    assert response["validation"]["status"] == "passed"
+    assert response["validation"]["status"] in VALIDATED
     assert max(gemms) == min(max_gemms, sum(gemms))  # 9 GEMMs: the merged input projection and 8 steps
     assert (len(response["kernels"]) == 1) == (max_gemms > 1)

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax import lax
 from rule_harness import (
+    VALIDATED,
     ANALYSIS_RULES,
     RuleCase,
     check_real_only,
@@ -177,19 +178,19 @@ def test_assoc_right_does_not_regroup_a_rank3_lhs():
 def test_assoc_left_on_a_rank3_lhs_extracts_a_correct_program():
     a, b, c = random_args(4, [(2, 3, 4), (3, 4), (4, 5)])
     response = optimize(capture(lambda a, b, c: dot(a, dot(b, c)), a, b, c))
-    assert response["validation"]["status"] == "passed", response["report"]["notes"]
+    assert response["validation"]["status"] in VALIDATED, response["report"]["notes"]
 
 
 def test_pipeline_survives_chain_with_rank3_middle_factor():
     a, b, c = random_args(5, [(2, 3), (3, 4, 6), (4, 5)])
     response = optimize(capture(lambda a, b, c: dot(dot(a, b), c), a, b, c))
-    assert response["validation"]["status"] == "passed"
+    assert response["validation"]["status"] in VALIDATED
 
 
 def test_pipeline_survives_transpose_of_rank3_by_vector_dot():
     a, b = random_args(6, [(4, 3, 5), (3,)])
     response = optimize(capture(lambda a, b: dot(a, b).T, a, b))
-    assert response["validation"]["status"] == "passed"
+    assert response["validation"]["status"] in VALIDATED
 
 
 def test_rank3_regrouping_really_changes_the_value():
@@ -325,7 +326,7 @@ def test_pipeline_survives_sum_of_matmuls_with_mixed_weight_dtypes():
     x, w1 = MIXED
     w2 = random_args(13, [(4, 5)])[0]
     response = optimize(capture(lambda x, w1, w2: f32_matmul(x, w1) + f32_matmul(x, w2), x, w1, w2))
-    assert response["validation"]["status"] == "passed"
+    assert response["validation"]["status"] in VALIDATED
 
 
 # --- Implicit size-1 broadcasting: mul broadcasts a size-1 axis of the matmul against the scale ---

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax import lax
 from rule_harness import (
+    VALIDATED,
     ANALYSIS_RULES,
     RuleCase,
     check_real_only,
@@ -301,7 +302,7 @@ def test_same_weight_merge_keeps_dtypes_of_mixed_inputs():
 def test_pipeline_survives_matmuls_sharing_w_with_mixed_input_dtypes():
     _, x2, _, w = STACK_ARGS
     response = optimize(capture(lambda x1, x2, w: (f32_matmul(x1, w), f32_matmul(x2, w)), BF16_X1, x2, w))
-    assert response["validation"]["status"] == "passed"
+    assert response["validation"]["status"] in VALIDATED
 
 
 def test_same_input_merge_keeps_dtypes_of_mixed_weights():

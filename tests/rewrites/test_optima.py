@@ -12,6 +12,7 @@ from costmodel.op_cost import nbytes, op_cost
 from costmodel.profile import load_profile
 from service.capture import capture
 from service.pipeline import optimize
+from rule_harness import VALIDATED
 
 PROFILE = load_profile("optu-v1")
 DOT = {"dimension_numbers": [[[1], [0]], [[], []]]}
@@ -48,7 +49,7 @@ def test_ten_matmul_chain_reaches_the_dynamic_programming_optimum():
     # the algebra's order, one kernel per matmul; fusion may then run GEMMs back to back for less
     assert response["report"]["extraction"]["algebra"]["cost_s"] == pytest.approx(optimum, rel=1e-9)
     assert response["estimate"]["optimized"]["time_s"] <= optimum
-    assert response["validation"]["status"] == "passed"
+    assert response["validation"]["status"] in VALIDATED
 
 
 def test_qkv_projections_of_one_input_become_one_matmul():
@@ -61,7 +62,7 @@ def test_qkv_projections_of_one_input_become_one_matmul():
     assert len(gemms) == 1 and gemms[0]["tiling"]["weight_loads"] == 1  # one [96, 120] weight tile
     # the fair baseline already runs the three GEMMs in one kernel: the merge saves two weight loads
     assert response["estimate"]["speedup_vs_baseline"] > 1.2
-    assert response["validation"]["status"] == "passed"
+    assert response["validation"]["status"] in VALIDATED
 
 
 def _unrolled_rnn(n_in: int, steps: int = 8, batch: int = 4, n_hid: int = 32):
@@ -86,7 +87,7 @@ def test_rnn_input_projections_are_merged_into_one_matmul():
     response = optimize(_unrolled_rnn(128, steps, batch, n_hid), options={"iter_limit": 12})
     projections = [e for e in response["program"]["eqns"] if e["op"] == "dot_general" and e["in"][1] == "in1"]
     assert len(projections) == 1 and projections[0]["out"][0]["shape"] == [steps * batch, n_hid]
-    assert response["validation"]["status"] == "passed"
+    assert response["validation"]["status"] in VALIDATED
 
 
 def test_a_small_rnn_step_accumulates_both_products_in_one():
@@ -96,7 +97,7 @@ def test_a_small_rnn_step_accumulates_both_products_in_one():
     assert len(gemms) == 8 and all(e["out"][0]["shape"] == [4, 32] for e in gemms)
     assert response["report"]["rewrites"]["accumulate-matmuls"] >= 1
     assert [k["tiling"]["weight_loads"] for k in response["kernels"]] == [8]
-    assert response["validation"]["status"] == "passed"
+    assert response["validation"]["status"] in VALIDATED
 
 
 def test_identities_disappear():

@@ -15,6 +15,7 @@ from rewrites.ingest import ingest
 from rewrites.schedule import SCHEDULES, Budget, saturate
 from service.capture import capture
 from service.pipeline import optimize
+from rule_harness import VALIDATED
 
 
 def _twin(fn, args):
@@ -52,6 +53,6 @@ def test_two_layer_encoder_keeps_each_layers_weights():
     fn, args, weights = bert_encoder(2, hidden=32, heads=2, seq=8, batch=2)
     program = capture(fn, *args, weight_argnums=weights)
     response = optimize(program, "optu-v1")
-    assert response["validation"]["status"] == "passed"
+    assert response["validation"]["status"] in VALIDATED
     used = {a for e in response["program"]["eqns"] for a in e["in"] if isinstance(a, str)}
     assert all(spec["name"] in used for spec in response["program"]["inputs"] if spec.get("role") == "weight")
