@@ -16,6 +16,7 @@ import numpy as np
 
 from lowering.to_jax import typecheck
 from lowering.compare import output_error
+from lowering.kernels import avals_of
 from lowering.validate import validate
 from lowering.validation_inputs import random_inputs
 from lowering.widen import CannotWiden, Widened, widen
@@ -40,12 +41,6 @@ def _live(program: Program) -> list[int]:
             live.append(i)
             need |= {a for a in e["in"] if isinstance(a, str)}
     return sorted(live)
-
-
-def _avals(program: Program) -> dict[str, tuple[tuple[int, ...], str]]:
-    avals = {s["name"]: (tuple(s["shape"]), s["dtype"]) for s in [*program["inputs"], *program.get("consts", [])]}
-    avals.update((o["name"], (tuple(o["shape"]), o["dtype"])) for e in program["eqns"] for o in e["out"])
-    return avals
 
 
 def _swap_op(program: Program, i: int) -> Program | None:
@@ -75,7 +70,7 @@ def _shift_slice(program: Program, i: int) -> Program | None:
     e = program["eqns"][i]
     if e["op"] != "slice" or not isinstance(e["in"][0], str):
         return None
-    full = _avals(program)[e["in"][0]][0]
+    full = avals_of(program)[e["in"][0]][0]
     start, limit = list(e["params"]["start_indices"]), list(e["params"]["limit_indices"])
     for d in range(len(full)):
         step = 1 if limit[d] < full[d] else -1 if start[d] > 0 else 0
@@ -91,7 +86,7 @@ def _shift_slice(program: Program, i: int) -> Program | None:
 def _drop_step(program: Program, i: int) -> Program | None:
     """The equation left out: its readers read the operand of the same type instead."""
     e = program["eqns"][i]
-    avals = _avals(program)
+    avals = avals_of(program)
     if e["op"] not in ELEMENTWISE or len(e["out"]) != 1:
         return None
     out = e["out"][0]
@@ -127,7 +122,7 @@ def _transpose_weight(program: Program, i: int) -> Program | None:
 def _rewire(program: Program, i: int) -> Program | None:
     """An operand read from the wrong value: the nearest earlier one of the same type."""
     e = program["eqns"][i]
-    avals = _avals(program)
+    avals = avals_of(program)
     earlier = [s["name"] for s in program["inputs"]] + [o["name"] for x in program["eqns"][:i] for o in x["out"]]
     for k, a in enumerate(e["in"]):
         if isinstance(a, str):

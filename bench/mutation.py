@@ -23,8 +23,8 @@ def score_model(name: str) -> dict:
     program, _ = capture_model(name)
     optimized = optimize_program(program)["program"]
     start = time.perf_counter()
-    row = {"model": name, **mutation_score(program, optimized), "validate_s": 0.0}
-    row["validate_s"] = round(time.perf_counter() - start, 2)
+    score = mutation_score(program, optimized)
+    row = {"model": name, **score, "validate_s": round(time.perf_counter() - start, 2)}
     print(f"{name}: {row['caught']}/{row['mutants']} caught, {len(row['equivalent'])} equivalent, "
           f"{row['validate_s']:.1f} s", flush=True)
     return row

@@ -80,6 +80,12 @@ def avals_of(program: dict[str, Any]) -> dict[str, Aval]:
     return avals
 
 
+def output_avals(program: dict[str, Any]) -> list[Aval]:
+    """Each output's (shape, dtype); a literal output is a scalar of its dtype."""
+    avals = avals_of(program)
+    return [avals[o] if isinstance(o, str) else ((), o["dtype"]) for o in program["outputs"]]
+
+
 def static_names(program: dict[str, Any], weights: bool = True) -> set[str]:
     """Values computable from constants, and from weights too when `weights` (the profile
     precomputes weight-only work)."""

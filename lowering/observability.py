@@ -14,19 +14,23 @@ from lowering.validation_inputs import InputDraws, random_inputs
 from lowering.widen import Widened, widen
 
 
-def change_shows(original: dict[str, Any], value: str, relative: float, draw: dict[str, Any], threshold: float,
+def change_shows(original: dict[str, Any], value: str, relative: float, runs: list[dict[str, Any]],
                  draws: InputDraws | None = None) -> bool:
-    """On `draw` (a whole run's draw: seed, fan_in_scaled, contraction), whether moving `value` by
-    `relative` of its largest magnitude, in a seeded random direction, moves `original`'s outputs
-    by more than `threshold` (normwise relative)."""
-    args = widen(random_inputs(original, draw["seed"], draw["fan_in_scaled"], draws, draw["contraction"]))
-    by_name = dict(zip((s["name"] for s in original["inputs"]), args))
+    """Whether, on every one of `runs` (a whole run's draws: seed, fan_in_scaled, contraction and
+    its threshold), moving `value` by `relative` of its largest magnitude, in a seeded random
+    direction, moves `original`'s outputs by more than that run's threshold (normwise relative)."""
     upto, rest = cone(original, [value]), cone(original, original["outputs"], fed=[value])
-    (current,) = Widened(upto)([by_name[s["name"]] for s in upto["inputs"]])
-    if not np.issubdtype(current.dtype, np.inexact) or not current.size:
-        return False
-    direction = np.random.default_rng(draw["seed"]).standard_normal(current.shape)
-    moved = current + relative * np.abs(current).max() * direction / max(np.abs(direction).max(), 1e-300)
-    before = Widened(original)(args)
-    after = Widened(rest)([moved.astype(current.dtype), *(by_name[s["name"]] for s in rest["inputs"][1:])])
-    return any(output_error(b, a) > threshold for b, a in zip(before, after))
+    run_upto, run_rest, run_original = Widened(upto), Widened(rest), Widened(original)  # compiled once for all runs
+    for run in runs:
+        args = widen(random_inputs(original, run["seed"], run["fan_in_scaled"], draws, run["contraction"]))
+        by_name = dict(zip((s["name"] for s in original["inputs"]), args))
+        (current,) = run_upto([by_name[s["name"]] for s in upto["inputs"]])
+        if not np.issubdtype(current.dtype, np.inexact) or not current.size:
+            return False
+        direction = np.random.default_rng(run["seed"]).standard_normal(current.shape)
+        moved = current + relative * np.abs(current).max() * direction / max(np.abs(direction).max(), 1e-300)
+        before = run_original(args)
+        after = run_rest([moved.astype(current.dtype), *(by_name[s["name"]] for s in rest["inputs"][1:])])
+        if not any(output_error(b, a) > run["threshold"] for b, a in zip(before, after)):
+            return False
+    return True

@@ -33,6 +33,7 @@ import numpy as np
 
 from lowering.compare import bit_identical, informative, output_error, tolerance_for
 from lowering.observability import change_shows
+from lowering.kernels import output_avals
 from lowering.regions import Region, RegionPlan, check_key, cone, find_regions
 from lowering.to_jax import program_to_callable
 from lowering.validation_inputs import TRIALS, InputDraws, nudged, random_inputs
@@ -101,7 +102,7 @@ def validate(original: dict[str, Any], optimized: dict[str, Any], fp_mode: str =
     # beyond the whole run's threshold, so the pairing (inferred by value numbering) was the error.
     value = regions["roots"][regions["failed_output"]]
     telling = [d for d in whole["draws"] if d["can_tell"]]
-    if all(change_shows(original, value, regions["failed_error"], d, d["threshold"], draws) for d in telling):
+    if change_shows(original, value, regions["failed_error"], telling, draws):
         return {**whole, "reason": f"{whole['reason']}; a rewritten region disagreed with the original value "
                                    f"{value} it was paired with, but a change that size there shows in these "
                                    f"runs' outputs, so that pairing was wrong"}
@@ -134,7 +135,7 @@ def validate_pieces(original: dict[str, Any], optimized: dict[str, Any],
 def validate_whole(original: dict[str, Any], optimized: dict[str, Any], fp_mode: str = "real",
                    trials: int = TRIALS, seed: int = 0, draws: InputDraws | None = None) -> dict[str, Any]:
     """Both whole programs on the same inputs: in float64 (`real`), or in their own types (`exact`)."""
-    dtypes = _output_dtypes(original)
+    dtypes = [dtype for _, dtype in output_avals(original)]
     if fp_mode == "exact":
         return _exact(original, optimized, dtypes, trials, seed, draws)
     try:
@@ -202,12 +203,6 @@ def _exact(original: dict[str, Any], optimized: dict[str, Any], dtypes: list[str
         if verdict.trials == trials:
             return verdict.result("passed", f"bit-identical on {trials} input draws")
     return verdict.result("inconclusive", "the original's outputs overflowed on every input draw tried")
-
-
-def _output_dtypes(program: dict[str, Any]) -> list[str]:
-    avals = {s["name"]: s["dtype"] for s in [*program["inputs"], *program.get("consts", [])]}
-    avals.update((o["name"], o["dtype"]) for e in program["eqns"] for o in e["out"])
-    return [avals[o] if isinstance(o, str) else o["dtype"] for o in program["outputs"]]
 
 
 def region_validate(original: dict[str, Any], optimized: dict[str, Any], plan: RegionPlan, trials: int, seed: int,

@@ -6,8 +6,9 @@ import functools
 import json
 import threading
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Sequence
+from typing import Any, Callable, Hashable, Iterator, Sequence
 
 import httpx
 import jax
@@ -16,7 +17,7 @@ from lowering.precompute import PrecomputedProgram
 from lowering.to_jax import program_to_callable
 from service.api_models import (OptimizeResponse, count_equations, error_status,
                                 resolve_hardware)
-from service.capture import capture_with_trees
+from service.capture import capture, capture_with_trees
 from service.settings import get_settings
 
 DEFAULT_HARDWARE = "optu-v1"
@@ -83,15 +84,9 @@ def optimize_program(program: dict[str, Any], *, server: str | None = None,
         detail = {"eqn": None, "field": "program.eqns", "message": f"program has {n_eqns} "
                   f"equations; the limit is {settings.max_equations} (OPTU_MAX_EQUATIONS)"}
         raise OptimizeError(f"optimize failed (422): {detail}", status=422, detail=detail)
-    try:
+    with _client_errors("optimize"):
         resolved = resolve_hardware(body["hardware"], settings.default_hardware)
         raw = pipeline.optimize(body["program"], resolved, body["options"])
-    except Exception as exc:
-        mapped = error_status(exc)
-        if mapped is None:
-            raise
-        raise OptimizeError(f"optimize failed ({mapped[0]}): {mapped[1]}", status=mapped[0],
-                            detail=mapped[1]) from exc
     # The same serialisation the server applies to its response model (non-finite floats -> null).
     return json.loads(OptimizeResponse.model_validate(raw).model_dump_json())
 
@@ -104,13 +99,21 @@ def validate_programs(original: dict[str, Any], candidate: dict[str, Any], *, se
         return _post(server, body, timeout, "/v1/validate")
     from service import translation_validation  # in-process only, as for optimize
 
-    try:
+    with _client_errors("validate"):
         return translation_validation.validate_programs(original, candidate, fp_mode, seed)
+
+
+@contextmanager
+def _client_errors(route: str) -> Iterator[None]:
+    """In-process, the client's mistakes raise OptimizeError with the status the server would answer."""
+    try:
+        yield
     except Exception as exc:
         mapped = error_status(exc)
         if mapped is None:
             raise
-        raise OptimizeError(f"validate failed ({mapped[0]}): {mapped[1]}", status=mapped[0], detail=mapped[1]) from exc
+        raise OptimizeError(f"{route} failed ({mapped[0]}): {mapped[1]}", status=mapped[0],
+                            detail=mapped[1]) from exc
 
 
 def validate(fn_original: Callable[..., Any], fn_candidate: Callable[..., Any], *args: Any,
@@ -118,7 +121,7 @@ def validate(fn_original: Callable[..., Any], fn_candidate: Callable[..., Any], 
     """Whether `fn_candidate` computes what `fn_original` does at arguments like `args` (shapes and
     dtypes are what count): both captured and checked by translation validation. The verdict's
     `status` is passed, failed, inconclusive (with the `reason`) or identical."""
-    original, candidate = capture_with_trees(fn_original, *args)[0], capture_with_trees(fn_candidate, *args)[0]
+    original, candidate = capture(fn_original, *args), capture(fn_candidate, *args)
     return validate_programs(original, candidate, server=server, fp_mode=fp_mode, seed=seed)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Callable, Iterator
 
+from lowering.kernels import avals_of, output_avals
 from lowering.to_jax import typecheck
 from service.wire import WireError
 
@@ -28,7 +29,7 @@ def optimize_nested(program: dict[str, Any], optimize_body: Callable[[dict], dic
     result = copy.deepcopy(program)
     reports: list[dict[str, Any]] = []
     static = _static_names(result)
-    avals = _avals(result)
+    avals = avals_of(result)
     for i, eqn in enumerate(result.get("eqns", [])):
         params = eqn.get("params") or {}
         weights = _weight_inputs(eqn, static)
@@ -100,7 +101,7 @@ def _rejection(original: dict, candidate: dict, response: dict, open_: bool) -> 
     if [spec(s) for s in candidate.get("inputs", [])] != [spec(s) for s in original.get("inputs", [])]:
         return "inputs changed"
     try:
-        before, after = _output_types(original), _output_types(candidate)
+        before, after = output_avals(original), output_avals(candidate)
     except (KeyError, TypeError):
         return "outputs not defined"
     if before != after:
@@ -123,15 +124,6 @@ def _eqn_rejection(eqn: dict, avals: dict[str, tuple], index: int) -> str | None
     return None
 
 
-def _avals(program: dict) -> dict[str, tuple[tuple[int, ...], str]]:
-    specs = [*program.get("inputs", []), *program.get("consts", []),
-             *(o for e in program.get("eqns", []) for o in e.get("out", []))]
-    return {s["name"]: (tuple(s["shape"]), s["dtype"]) for s in specs}
-
-
-def _output_types(program: dict) -> list[tuple]:
-    avals = _avals(program)
-    return [avals[o] if isinstance(o, str) else ((), o["dtype"]) for o in program["outputs"]]
 
 
 def _static_names(program: dict) -> set[str]:

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from lowering.kernels import output_avals
 from lowering.to_jax import typecheck
 from lowering.validate import validate
 from service.wire import WireError, WireProgram
@@ -40,10 +41,7 @@ def _signature(program: dict[str, Any], side: str) -> tuple[list[tuple], list[tu
         typecheck(program)
     except WireError as err:
         raise WireError(err.message, eqn=err.eqn, field=f"{side}.{err.field}" if err.field else side) from None
-    avals = {s["name"]: (tuple(s["shape"]), s["dtype"]) for s in [*program["inputs"], *program.get("consts", [])]}
-    avals.update((o["name"], (tuple(o["shape"]), o["dtype"])) for e in program["eqns"] for o in e["out"])
-    outputs = [avals[o] if isinstance(o, str) else ((), o["dtype"]) for o in program["outputs"]]
-    return [(tuple(s["shape"]), s["dtype"]) for s in program["inputs"]], outputs
+    return [(tuple(s["shape"]), s["dtype"]) for s in program["inputs"]], output_avals(program)
 
 
 def check_signatures(original: dict[str, Any], candidate: dict[str, Any]) -> None:
