@@ -1,7 +1,7 @@
 """The serialized e-graph as plain Python: term e-classes with shapes, dtypes and decoded nodes.
 
-Extraction runs here rather than inside egglog, whose extractor does not survive real models
-(see shared/notes). Analysis tables and primitive values are folded into the term nodes.
+Extraction runs here rather than inside egglog, whose extractor does not survive real models.
+Analysis tables and primitive values are folded into the term nodes.
 """
 from __future__ import annotations
 

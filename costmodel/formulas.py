@@ -1,4 +1,4 @@
-"""Closed-form cost formulas of the OPTU model (DESIGN.md "Cost model"): pure functions, no JAX.
+"""Closed-form cost formulas of the OPTU model: pure functions, no JAX.
 
 Times are seconds, energies joules, sizes bytes. Every function takes a `HardwareProfile` and plain
 numbers, so extraction, lowering and the lower-bound computation all price work identically.

@@ -1,5 +1,5 @@
 """The HTTP boundary: FastAPI routes over `service.pipeline`, body-size limit, and the error mapping
-that turns every client mistake into a 4xx (see DESIGN.md "HTTP API")."""
+that turns every client mistake into a 4xx."""
 from __future__ import annotations
 
 import json

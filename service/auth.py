@@ -1,4 +1,4 @@
-"""Bearer-token auth (issue 6, point 4): with `OPTU_API_TOKEN` set, every `/v1/*` route requires
+"""Bearer-token auth: with `OPTU_API_TOKEN` set, every `/v1/*` route requires
 `Authorization: Bearer <token>`; health, readiness, metrics and the docs stay open.
 
 Installed as an app-wide dependency that looks at the path, so a /v1 route added later is

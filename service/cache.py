@@ -1,4 +1,4 @@
-"""The result cache (issue 6, point 3): optimize responses keyed by a hash of the canonical request.
+"""The result cache: optimize responses keyed by a hash of the canonical request.
 
 Key. Programs that differ only in the names of their internal variables hash alike: inputs,
 consts and equation outputs are renamed to their definition index (nested bodies get their own

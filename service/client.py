@@ -1,5 +1,5 @@
 """Python client: `optimize` a JAX function once, or wrap it with the `jax.jit`-like `jit` that
-optimizes once per input signature, in-process or through a server (DESIGN.md "Python client")."""
+optimizes once per input signature, in-process or through a server."""
 from __future__ import annotations
 
 import functools

@@ -1,4 +1,4 @@
-"""Request limits checked before any work is queued (see DESIGN.md "Limits and operation")."""
+"""Request limits checked before any work is queued."""
 from __future__ import annotations
 
 import math

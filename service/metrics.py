@@ -1,4 +1,4 @@
-"""Observability (issue 6, point 5): Prometheus metrics on a per-app registry and one structured
+"""Observability: Prometheus metrics on a per-app registry and one structured
 JSON log line per request.
 
 Every app gets its own `CollectorRegistry`, so tests (and several apps in one process) never

@@ -1,4 +1,4 @@
-"""Pydantic models of the `optu.jaxpr/v1` wire format (see DESIGN.md "Wire format").
+"""Pydantic models of the `optu.jaxpr/v1` wire format.
 
 A program is a flat list of equations over named tensors; nested programs live in params."""
 from __future__ import annotations

@@ -66,7 +66,7 @@ _DTYPE_PARAMS = frozenset(["preferred_element_type", "out_dtype", "new_dtype"])
 
 
 def _checked(prim: str, key: str, value: Any) -> Any:
-    if key in _DTYPE_PARAMS and isinstance(value, str):  # DESIGN.md's short form: "float32"
+    if key in _DTYPE_PARAMS and isinstance(value, str):  # the short form: "float32"
         value = parse_dtype(value, field=f"params.{key}")
     check = _PARAM_CHECKS.get(key)
     if check is not None and not check[0](value):
