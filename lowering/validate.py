@@ -151,13 +151,18 @@ def judge(program: dict[str, Any], dtypes: list[str], reference: CheckFn, candid
     `candidate`'s outputs with `reference`'s (both given widened inputs)."""
     nudge = min(NUDGE.get(d, DEFAULT_NUDGE) for d in dtypes) if dtypes else DEFAULT_NUDGE
     tolerances = [tolerance_for(d, "real") for d in dtypes]
+    positions_only = set(range(len(dtypes)))  # outputs with no finite value on every draw that told so far
     for k, (scaled, contraction) in enumerate(DRAWS):
         args = widen(random_inputs(program, seed + k, scaled, draws, contraction))
         refs, results = reference(args), candidate(args)
         moved = reference(nudged(program, args, seed + k, nudge))
         errors = [output_error(r, c) for r, c in zip(refs, results)]
         spread = [output_error(r, m) for r, m in zip(refs, moved)]
-        can_tell = all(informative(r) for r in refs) and all(s <= t for s, t in zip(spread, tolerances))
+        # A draw where every output overflowed tells nothing (matching inf positions pass anything); one
+        # output with no finite value beside others that have them (a mask of -inf) is compared by
+        # its nan/inf positions, and the others tell.
+        finite = [informative(r) for r in refs]
+        can_tell = (not refs or any(finite)) and all(s <= t for s, t in zip(spread, tolerances))
         limits = [min(t, max(ROUNDING_FLOOR, ROUNDING_SLACK * s * FLOAT64_ROUNDING / nudge))
                   for s, t in zip(spread, tolerances)]
         verdict.tried.append({"seed": seed + k, "fan_in_scaled": scaled, "contraction": contraction,
@@ -174,9 +179,12 @@ def judge(program: dict[str, Any], dtypes: list[str], reference: CheckFn, candid
                                             f"original moves by only {spread[i]:.3g} when its inputs change by "
                                             f"{nudge:g} relative", failed_output=i, failed_error=e)
         verdict.trials += 1
+        positions_only -= {i for i, f in enumerate(finite) if f}
         if verdict.trials == trials:
+            only = (f"; outputs {sorted(positions_only)} had no finite value on these draws and were compared by "
+                    f"their nan/inf positions only") if positions_only else ""
             return verdict.result("passed", f"{trials} input draws agree within what rounding explains, each "
-                                            f"stable under a {nudge:g} relative change of the inputs")
+                                            f"stable under a {nudge:g} relative change of the inputs{only}")
     worst_spread = max((d["sensitivity"] for d in verdict.tried), default=0.0)
     return verdict.result("inconclusive", f"only {verdict.trials} of {len(verdict.tried)} input draws (contracted down "
                                           f"to x{DRAWS[-1][1]:g}) could tell: the original's outputs move by up to "

@@ -203,3 +203,16 @@ def test_inputs_are_standard_normal_unless_scaled_by_fan_in():
     plain, scaled = random_inputs(program, 0), random_inputs(program, 0, scaled=True)
     assert np.array_equal(plain[0], scaled[0])  # x is a left operand: never scaled
     assert np.allclose(scaled[1], plain[1] / 4.0)  # a right operand contracting 16 values
+
+
+def test_an_output_with_no_finite_value_beside_others_is_compared_by_its_positions():
+    # the mask is -inf on every draw (x never exceeds 100): the tanh output still tells
+    def program(rewritten: bool, wrong: bool = False):
+        def fn(x):
+            scaled = jnp.tanh(x) + jnp.tanh(x) if rewritten else jnp.tanh(x) * 2.0
+            return scaled + (1.0 if wrong else 0.0), jnp.where(x > 100.0, x, -jnp.inf)
+        return capture(fn, np.ones((4, 8), np.float32))
+
+    result = validate_whole(program(False), program(True))
+    assert result["status"] == "passed" and "outputs [1]" in result["reason"]
+    assert validate_whole(program(False), program(True, wrong=True))["status"] == "failed"
