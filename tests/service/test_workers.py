@@ -94,6 +94,8 @@ def test_tensor_over_the_element_limit_is_refused_naming_it(pool_server):
 
 def test_busy_workers_leave_health_responsive_and_a_full_queue_answers_503(pool_server):
     url, _ = pool_server
+    # every worker up first: each warms up (a whole optimization, validation included) before it counts
+    wait_for(url, lambda s: s.get("workers") == 2 and s.get("busy") == 0, timeout_s=120)
     with ThreadPoolExecutor(4) as threads:
         # two run (each past its limit + grace deadline), two wait in the queue; a 4 s limit keeps
         # that state observable for seconds even when the machine is loaded
