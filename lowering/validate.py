@@ -36,8 +36,8 @@ from lowering.observability import change_shows
 from lowering.kernels import output_avals
 from lowering.regions import Region, RegionPlan, check_key, cone, find_regions
 from lowering.to_jax import program_to_callable
-from lowering.validation_inputs import TRIALS, InputDraws, nudged, random_inputs
-from lowering.widen import CannotWiden, Widened, promote_to_float64, widen
+from lowering.validation_inputs import TRIALS, InputDraws, nudged, nudges, random_inputs
+from lowering.widen import CannotWiden, float64_callable, widen
 
 # Evaluated in float64, a right rewrite differs from the original only by rounding: about as much
 # as the original moves when its inputs change by float64's rounding (its measured sensitivity
@@ -56,7 +56,6 @@ DEFAULT_NUDGE = 1e-12
 # or a small bias still shows). Then contracted toward zero, where recurrences and saturating
 # activations stop amplifying differences.
 DRAWS = ((False, 1.0), (True, 1.0), (False, 1.0), (True, 0.3), (True, 0.1), (True, 0.03), (True, 0.01))
-CheckFn = Callable[[list[np.ndarray]], list[np.ndarray]]
 
 
 @dataclass
@@ -139,23 +138,56 @@ def validate_whole(original: dict[str, Any], optimized: dict[str, Any], fp_mode:
     if fp_mode == "exact":
         return _exact(original, optimized, dtypes, trials, seed, draws)
     try:
-        reference, candidate = Widened(original), Widened(optimized)
-        return judge(original, dtypes, reference, candidate, Verdict("float64", dtypes), trials, seed, draws)
-    except CannotWiden as err:
-        return Verdict("float64", dtypes).result("inconclusive", str(err))
+        reference, candidate = float64_callable(original), float64_callable(optimized)
+    except (TypeError, ValueError) as err:
+        return Verdict("float64", dtypes).result("inconclusive", f"the programs cannot be evaluated in float64: {err}")
+    evaluate = checked_runs(lambda *args: (reference(*args), candidate(*args)))
+    return judge(original, dtypes, evaluate, Verdict("float64", dtypes), trials, seed, draws)
 
 
-def judge(program: dict[str, Any], dtypes: list[str], reference: CheckFn, candidate: CheckFn, verdict: Verdict,
+Evaluate = Callable[[list[np.ndarray], list[np.ndarray | None], float], tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]]
+
+
+def checked_runs(pair: Callable[..., tuple[list, list]]) -> Evaluate:
+    """`pair` (the reference's and the candidate's outputs, of widened inputs) jitted once and
+    called twice per draw: on the widened inputs, and on them nudged along their directions (the
+    candidate's outputs there are not needed, but a second program would cost a second compile,
+    and XLA's compile of a big program costs more than a run). Widening and nudging stay on the
+    host: in XLA each input's cast and nudge is a kernel of its own, whose compile time on an
+    80-matmul chain exceeded the runs'."""
+    run = jax.jit(pair)
+
+    def evaluate(args: list[np.ndarray], directions: list[np.ndarray | None], relative: float):
+        wide = widen(args)
+        with jax.enable_x64(True):
+            try:
+                (refs, results), (moved, _) = run(*wide), run(*nudged(wide, directions, relative))
+            except (TypeError, ValueError) as err:  # a trace-time type error: the widened program is ill-typed
+                raise CannotWiden(f"the programs cannot be evaluated in float64: {err}") from err
+        return [np.asarray(x) for x in refs], [np.asarray(x) for x in results], [np.asarray(x) for x in moved]
+
+    return evaluate
+
+
+
+def judge(program: dict[str, Any], dtypes: list[str], evaluate: Evaluate, verdict: Verdict,
           trials: int, seed: int, draws: InputDraws | None) -> dict[str, Any]:
-    """Draw inputs for `program` (`DRAWS` in turn) until `trials` of them can tell, comparing
-    `candidate`'s outputs with `reference`'s (both given widened inputs)."""
+    """Draw inputs for `program` (`DRAWS` in turn) until `trials` of them can tell, comparing the
+    candidate's outputs with the reference's (`evaluate`, see `checked_runs`)."""
+    try:
+        return _judge(program, dtypes, evaluate, verdict, trials, seed, draws)
+    except CannotWiden as err:
+        return verdict.result("inconclusive", str(err))
+
+
+def _judge(program: dict[str, Any], dtypes: list[str], evaluate: Evaluate, verdict: Verdict,
+           trials: int, seed: int, draws: InputDraws | None) -> dict[str, Any]:
     nudge = min(NUDGE.get(d, DEFAULT_NUDGE) for d in dtypes) if dtypes else DEFAULT_NUDGE
     tolerances = [tolerance_for(d, "real") for d in dtypes]
     positions_only = set(range(len(dtypes)))  # outputs with no finite value on every draw that told so far
     for k, (scaled, contraction) in enumerate(DRAWS):
-        args = widen(random_inputs(program, seed + k, scaled, draws, contraction))
-        refs, results = reference(args), candidate(args)
-        moved = reference(nudged(program, args, seed + k, nudge))
+        args = random_inputs(program, seed + k, scaled, draws, contraction)
+        refs, results, moved = evaluate(args, nudges(program, seed + k, draws), nudge)
         errors = [output_error(r, c) for r, c in zip(refs, results)]
         spread = [output_error(r, m) for r, m in zip(refs, moved)]
         # A draw where every output overflowed tells nothing (matching inf positions pass anything); one
@@ -215,7 +247,7 @@ def _exact(original: dict[str, Any], optimized: dict[str, Any], dtypes: list[str
 
 def region_validate(original: dict[str, Any], optimized: dict[str, Any], plan: RegionPlan, trials: int, seed: int,
                     draws: InputDraws | None) -> dict[str, Any]:
-    """One jitted call (in float64) runs the original only as far as the regions need and each
+    """One jitted call per draw (in float64) runs the original only as far as the regions need and each
     region on the values the original feeds it (one compile for all: XLA's fixed cost per module
     is larger than a small region's); each region's results are compared with the original's
     values there. Regions that are the same check (`check_key`) run once: the earliest of them."""
@@ -231,34 +263,16 @@ def region_validate(original: dict[str, Any], optimized: dict[str, Any], plan: R
     extra = {"regions": len(plan.regions), "distinct_regions": len(checks), "region_share": round(plan.share, 4),
              "roots": roots}
     try:
-        with jax.enable_x64(True):
-            run_original = program_to_callable(promote_to_float64(needed))
-            calls = [(program_to_callable(promote_to_float64(region.subprogram(optimized, plan.numbered))), region)
-                     for region in checks.values()]
+        run_original = float64_callable(needed)
+        calls = [(float64_callable(region.subprogram(optimized, plan.numbered)), region) for region in checks.values()]
     except (TypeError, ValueError) as err:
         return verdict.result("inconclusive", f"the regions cannot be evaluated in float64: {err}", **extra)
     inputs = [s["name"] for s in needed["inputs"]]
 
-    @jax.jit
-    def run(*args):
+    def pair(*args):
         values = dict(zip(inputs, args))
         values.update(zip(wanted, run_original(*args)))
         return [values[o] for o in roots], [out for fn, region in calls
                                             for out in fn(*[values[o] for _, o in region.boundary])]
 
-    last: list[Any] = [None, None]  # (the args, their results): reference and candidate share one run
-
-    def both(args: list[np.ndarray]) -> tuple[list, list]:
-        if last[0] is not args:
-            with jax.enable_x64(True):
-                try:
-                    refs, results = run(*args)
-                except (TypeError, ValueError) as err:
-                    raise CannotWiden(f"the regions cannot be evaluated in float64: {err}") from err
-            last[:] = [args, ([np.asarray(r) for r in refs], [np.asarray(r) for r in results])]
-        return last[1]
-
-    try:
-        return judge(needed, dtypes, lambda a: both(a)[0], lambda a: both(a)[1], verdict, trials, seed, draws) | extra
-    except CannotWiden as err:
-        return verdict.result("inconclusive", str(err), **extra)
+    return judge(needed, dtypes, checked_runs(pair), verdict, trials, seed, draws) | extra

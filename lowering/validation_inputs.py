@@ -3,6 +3,7 @@ initialized network, contracted toward zero where the original is too sensitive 
 nudged by a tiny relative amount to measure that sensitivity."""
 from __future__ import annotations
 
+import threading
 import zlib
 from typing import Any
 
@@ -36,25 +37,41 @@ def input_scales(program: dict[str, Any]) -> list[float]:
     return scales
 
 
+class Stopped(Exception):
+    """The check's draws were stopped: its verdict is no longer wanted."""
+
+
 class InputDraws:
     """Standard-normal draws per (trial seed, input), each made once and kept read-only: a whole run
     and a region run of the same trial share them (a region run reads a subset of the inputs), and
     they can be drawn ahead (`fill`) while the optimizer is still searching. Each input has a
-    stream of its own, seeded by the trial seed and the input's name, so a subset draws the same."""
+    stream of its own, seeded by the trial seed and the input's name, so a subset draws the same.
 
-    def __init__(self) -> None:
-        self.arrays: dict[tuple, np.ndarray] = {}
+    A check given a `stoppable()` view stops at its next draw once the view is `stop()`ped (raising
+    `Stopped`): a speculative check whose verdict is no longer wanted gives the cores back."""
 
-    def normal(self, seed: int, spec: dict[str, Any]) -> np.ndarray:
-        key = (seed, spec["name"], tuple(spec["shape"]), spec["dtype"])
+    def __init__(self, arrays: dict[tuple, np.ndarray] | None = None) -> None:
+        self.arrays: dict[tuple, np.ndarray] = {} if arrays is None else arrays
+        self.stopped = threading.Event()
+
+    def stoppable(self) -> InputDraws:
+        """A view sharing these draws, with a stop of its own."""
+        return InputDraws(self.arrays)
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+    def normal(self, seed: int, spec: dict[str, Any], salt: int = 0, dtype: str | None = None) -> np.ndarray:
+        key = (seed, spec["name"], tuple(spec["shape"]), dtype or spec["dtype"], salt)
         if key not in self.arrays:  # drawn in the target type: 4x faster on big weights
-            array = _stream(seed, spec).standard_normal(key[2], dtype=jax.numpy.dtype(spec["dtype"]))
+            array = _stream(seed, spec, salt).standard_normal(key[2], dtype=jax.numpy.dtype(key[3]))
             array.flags.writeable = False
             self.arrays[key] = array
         return self.arrays[key]
 
     def fill(self, program: dict[str, Any], seeds: range = range(TRIALS)) -> None:
         for seed in seeds:
+            nudges(program, seed, self)
             for spec in program["inputs"]:
                 if spec["dtype"] in ("float32", "float64"):
                     self.normal(seed, spec)
@@ -70,6 +87,8 @@ def random_inputs(program: dict[str, Any], seed: int, scaled: bool = False, draw
     and every float multiplied by `contraction` (< 1 draws them toward zero, where recurrences and
     saturating activations stop amplifying differences). Integers are small (valid as indices)."""
     draws = draws or InputDraws()
+    if draws.stopped.is_set():
+        raise Stopped("the check was stopped: its verdict is no longer wanted")
     arrays = []
     scales = input_scales(program) if scaled else [1.0] * len(program["inputs"])
     for spec, scale in zip(program["inputs"], scales):
@@ -90,14 +109,15 @@ def random_inputs(program: dict[str, Any], seed: int, scaled: bool = False, draw
     return arrays
 
 
-def nudged(program: dict[str, Any], args: list[np.ndarray], seed: int, relative: float) -> list[np.ndarray]:
-    """`args` with every float and complex value changed by about `relative` of itself, seeded:
-    how far the outputs move then is the program's own sensitivity at these inputs."""
-    out = []
-    for spec, arg in zip(program["inputs"], args):
-        array = np.asarray(arg)
-        if np.issubdtype(array.dtype, np.inexact):
-            noise = _stream(seed, spec, salt=1).standard_normal(array.shape)
-            array = (array * (1.0 + relative * noise)).astype(array.dtype)
-        out.append(array)
-    return out
+def nudges(program: dict[str, Any], seed: int, draws: InputDraws | None = None) -> list[np.ndarray | None]:
+    """Per input, a seeded standard-normal direction to nudge it along (None for integers and
+    booleans): a check evaluates the original again on `x * (1 + relative * direction)` to measure
+    its own sensitivity there. Drawn in float32, which a direction needs no more than."""
+    draws = draws or InputDraws()
+    return [draws.normal(seed, spec, salt=1, dtype="float32")
+            if np.issubdtype(jax.numpy.dtype(spec["dtype"]), np.inexact) else None for spec in program["inputs"]]
+
+
+def nudged(args: list[np.ndarray], directions: list[np.ndarray | None], relative: float) -> list[np.ndarray]:
+    """`args` moved along `directions` (`nudges`) by `relative` of themselves."""
+    return [a if d is None else a * (1 + relative * d.astype(a.real.dtype)) for a, d in zip(args, directions)]

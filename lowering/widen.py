@@ -4,7 +4,7 @@ real arithmetic rather than in their own rounding."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import numpy as np
@@ -19,13 +19,12 @@ class CannotWiden(Exception):
     """The program does not evaluate in float64 (e.g. it bitcasts a float32 to an int32)."""
 
 
-def widen(args: list[Any]) -> list[np.ndarray]:
-    """Floats as float64, complex as complex128; the rest as they are."""
+def widen(args: list[Any]) -> list[Any]:
+    """Floats as float64, complex as complex128; the rest as they are (numpy or traced arrays)."""
     out = []
     for a in args:
-        array = np.asarray(a)
-        wide = WIDE.get(str(array.dtype))
-        out.append(array.astype(wide) if wide else array)
+        wide = WIDE.get(str(a.dtype)) if hasattr(a, "dtype") else None
+        out.append(a.astype(wide) if wide else a)
     return out
 
 
@@ -39,12 +38,17 @@ def promote_to_float64(program: dict[str, Any]) -> dict[str, Any]:
     return {**json.loads(text), "consts": consts}
 
 
+def float64_callable(program: dict[str, Any]) -> Callable[..., list[Any]]:
+    """`program` promoted to float64 as a JAX-traceable callable (to be traced under x64)."""
+    with jax.enable_x64(True):
+        return program_to_callable(promote_to_float64(program))
+
+
 class Widened:
     """A program evaluated in float64 (`promote_to_float64`), jitted once under scoped x64."""
 
     def __init__(self, program: dict[str, Any]):
-        with jax.enable_x64(True):
-            self.fn = jax.jit(program_to_callable(promote_to_float64(program)))
+        self.fn = jax.jit(float64_callable(program))
 
     def __call__(self, args: list[np.ndarray]) -> list[np.ndarray]:
         with jax.enable_x64(True):

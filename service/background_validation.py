@@ -84,12 +84,14 @@ class Job:
 class BackgroundValidation:
     """Entering draws the validation inputs of `original` in the background; `start(algebraic)` then
     validates the algebraic optimum there, and `result_for(candidate)` is that verdict when the
-    candidate computes the same, else the candidate's own validation. Leaving waits for both."""
+    candidate computes the same, else the candidate's own validation (the algebraic optimum's check
+    then stops at its next draw). Leaving waits for both."""
 
     def __init__(self, original: dict[str, Any], fp_mode: str, timings: dict[str, float]):
         self.original, self.fp_mode, self.timings = original, fp_mode, timings
         self.algebraic: dict[str, Any] | None = None
         self.draws = InputDraws()
+        self.speculative = self.draws.stoppable()  # the algebraic optimum's check, stopped when not wanted
         self.jobs: list[Job] = []
 
     def __enter__(self) -> BackgroundValidation:
@@ -113,7 +115,7 @@ class BackgroundValidation:
     def _validate_algebraic(self) -> dict[str, Any]:
         begin = time.perf_counter()
         try:
-            return validate(self.original, self.algebraic, self.fp_mode, draws=self.draws)
+            return validate(self.original, self.algebraic, self.fp_mode, draws=self.speculative)
         finally:  # reported apart: it ran beside the fusion stages
             self.timings["validate_background"] = round(time.perf_counter() - begin, 6)
 
@@ -122,5 +124,6 @@ class BackgroundValidation:
         plan = find_regions(self.algebraic, candidate) if started else None
         if plan is not None and not plan.regions:
             return self.jobs[-1].result()
+        self.speculative.stop()  # not this candidate's verdict: its check gives the cores back at its next draw
         self.settle(wait=True)  # one validation at a time: they share the cores
         return validate(self.original, candidate, self.fp_mode, draws=self.draws)

@@ -9,9 +9,11 @@ import threading
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from bench.models.zoo import ZOO
-from lowering.validation_inputs import TRIALS
+from lowering.validate import validate
+from lowering.validation_inputs import TRIALS, InputDraws, Stopped
 from service.background_validation import BackgroundValidation, CollectionPause, Job
 from service.capture import capture
 from service.pipeline import optimize
@@ -82,12 +84,25 @@ def test_collection_comes_back_only_when_the_last_holder_releases():
         (gc.enable if was_enabled else gc.disable)()
 
 
-def test_a_different_candidate_is_validated_on_its_own():
+def _wrong(program):
+    return json.loads(json.dumps(program).replace('"tanh"', '"logistic"'))
+
+
+def test_a_different_candidate_is_validated_on_its_own_and_the_speculative_check_stops():
     program = _program()
-    wrong = json.loads(json.dumps(program).replace('"tanh"', '"logistic"'))
     with BackgroundValidation(program, "real", {}) as early:
         early.start(program)
-        assert early.result_for(wrong)["status"] == "failed"
+        assert early.result_for(_wrong(program))["status"] == "failed"
+        assert early.speculative.stopped.is_set() and not early.draws.stopped.is_set()
+
+
+def test_a_stopped_check_raises_at_its_next_draw_and_leaves_the_shared_draws_usable():
+    program, draws = _program(), InputDraws()
+    speculative = draws.stoppable()
+    speculative.stop()
+    with pytest.raises(Stopped):
+        validate(program, _wrong(program), draws=speculative)
+    assert validate(program, _wrong(program), draws=draws)["status"] == "failed"
 
 
 def test_the_pipeline_validates_beside_fusion_and_under_the_callers_x64_mode():
