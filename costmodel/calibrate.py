@@ -24,6 +24,7 @@ import numpy as np
 from jax import lax
 
 from costmodel.profile import PROFILES_DIR, _load_named, load_profile
+from costmodel.provenance import render_profile_fields
 
 # Single-threaded Eigen: on a small shared host, a GEMM split across XLA's thread pool waits for a
 # core that another process may hold (10-40 us of noise per call); one thread is reproducible.
@@ -242,20 +243,78 @@ def last_level_cache_bytes() -> int | None:
     return best
 
 
-def _num(value: float) -> str:
-    return f"{value:.4g}"  # TOML reads 1e+10 and 1024 alike; the schema accepts ints for floats
-
-
 def write_cpu_host_profile(measured: dict[str, Any], path: str | Path = PROFILES_DIR / "cpu-host.toml") -> Path:
-    """Write a `cpu-host` profile from `calibrate()`'s result and check that it loads."""
+    """Write a `cpu-host` profile from `calibrate()`'s result, every number with its provenance
+    (the measurement that gave it, the mapping that defines it, or the assumption kept), and check
+    that it loads."""
     m, v, mem, conv = measured["matmul"], measured["vector"], measured["memory"], measured["conv"]
-    by = f"measured by optu calibrate on {measured['date']}"
-    unmeasured = f"not measurable from user space; assumption kept by optu calibrate on {measured['date']}"
-    clock = m["flops_per_s"] / (2 * TILE * TILE)
-    llc = measured["llc_bytes"]
-    cache_note = f"{by}: largest data cache of cpu0 in /sys/devices/system/cpu/cpu0/cache" if llc else \
-        f"{unmeasured}: 8 MB last-level cache (sysfs did not report one)"
-    lo, hi = MATMUL_SIZES
+    date, llc, (lo, hi) = measured["date"], measured["llc_bytes"], MATMUL_SIZES
+    by = f"measured by optu calibrate on {date}"
+    kept = f"not measurable from user space; kept by optu calibrate on {date}"
+    mapping = "by definition of the CPU mapping in this file's header"
+    cache = (f"{by}: largest data cache of cpu0 in /sys/devices/system/cpu/cpu0/cache" if llc else None,
+             None if llc else "an 8 MB last-level cache (sysfs did not report one)")
+    fields: dict[str, dict[str, tuple[Any, str | None, str | None]]] = {  # section -> key -> (value, source, assumed)
+        "": {"min_speedup": (MIN_SPEEDUP, None, "judgement: kernel estimates run 0.75-1.06x of measured "
+                             "(bench/calibration.py p10-p90), so a smaller estimated gain may be a loss")},
+        "gemm": {
+            "rows": (TILE, None, "16-wide register/cache block of N (see the mapping above)"),
+            "cols": (TILE, None, "16-deep block of K (see the mapping above)"),
+            "cores": (1, f"{mapping}: GEMMs run on one thread (XLA_FLAGS above)", None),
+            "clock_hz": (m["flops_per_s"] / (2 * TILE * TILE), f"{by}: matmul rate {m['flops_per_s']:.4g} flop/s "
+                         f"(slope of t vs flops, square fp32 {lo} and {hi}) / (2 * 16 * 16)", None),
+            "weight_load_s": (0.0, f"{mapping}: a CPU streams both operands from cache; no weight programming", None),
+            "weight_load_overlap": (0.0, f"{mapping}: nothing to overlap when weight_load_s is 0", None),
+            "dac_bits": (32, f"{mapping}: fp32 operand width (no converters on a CPU)", None),
+            "adc_bits": (32, f"{mapping}: fp32 accumulator width (no converters on a CPU)", None),
+            "dac_energy_j": (5.0e-12, None, f"{kept}: an L1 operand load on a server core"),
+            "adc_energy_j": (5.0e-12, None, f"{kept}: one accumulate + store, same scale as a load"),
+            "weight_cell_energy_j": (0.0, f"{mapping}: no weight programming on a CPU (weight_load_s is 0)", None),
+            "laser_power_w": (15.0, None, f"{kept}: ~15 W of busy core power stands in for the laser term"),
+            "call_overhead_s": (m["call_overhead_s"], f"{by}: slope of t vs chain length of dependent 8x16 @ 16x16 "
+                                f"GEMMs in one call ({GEMM_CHAIN[0]} and {GEMM_CHAIN[1]}), less one tile pass", None),
+            "conv_overhead_s": (conv["overhead_s"], f"{by}: a 3x3 convolution of one {CONV_TINY}x{CONV_TINY} "
+                                "single-feature image, less the per-call overhead", None),
+            "conv_positions_per_s": (conv["positions_per_s"], f"{by}: slope of t vs output positions of 3x3 NHWC "
+                                     f"convolutions of 2 images {CONV_SIZES[0]} and {CONV_SIZES[1]} square, median "
+                                     f"over {'/'.join(map(str, CONV_FEATURES))} features in and out", None)},
+        "vector": {
+            "flops_per_s": (v["flops_per_s"], f"{by}: slope of t vs length of a multiply-add chain ({CHAINS[0]} and "
+                            f"{CHAINS[1]} steps) over {VECTOR_ELEMENTS} cached fp32 elements, 2 flops a step", None),
+            "energy_per_flop_j": (1.0e-11, None, f"{kept}: ~10 pJ per scalar-equivalent flop")},
+        "memory": {
+            "sram_bytes": (llc or 8_000_000, *cache),
+            "sram_bw_bytes_per_s": (v["sram_bw_bytes_per_s"], f"{by}: slope of t vs bytes of fp32 adds of "
+                                    f"{L2_ELEMENTS[0]} and {L2_ELEMENTS[1]} elements (12 bytes each), L2-resident", None),
+            "sram_energy_per_byte_j": (2.0e-12, None, f"{kept}: Horowitz 45 nm ~1.25 pJ/byte plus cache wiring"),
+            "hbm_bw_bytes_per_s": (mem["hbm_bw_bytes_per_s"], f"{by}: fp32 add of two {DRAM_ELEMENTS}-element (32 MiB) "
+                                   "arrays, 12 bytes per element, less the per-call overhead; DRAM plays HBM", None),
+            "hbm_energy_per_byte_j": (1.5e-10, None, f"{kept}: ~20 pJ/bit for DDR including I/O"),
+            "cache_bytes": (llc or 8_000_000, *cache),
+            "cache_bw_bytes_per_s": (mem["cache_bw_bytes_per_s"], f"{by}: slope of t vs bytes of fp32 adds of "
+                                     f"{LLC_ELEMENTS[0]} and {LLC_ELEMENTS[1]} elements, past L2 and inside the "
+                                     "last-level cache", None)},
+        "kernel": {
+            "launch_overhead_s": (measured["overhead"]["launch_overhead_s"], f"{by}: jitted call of a scalar add "
+                                  "(dispatch + block_until_ready), one input and one output", None),
+            "input_overhead_s": (measured["overhead"]["inputs_s"], f"{by}: slope of t vs inputs ({BUFFERS[0]} and "
+                                 f"{BUFFERS[1]}) of a jitted sum of 16-element arrays", None),
+            "output_overhead_s": (measured["overhead"]["outputs_s"], f"{by}: slope of t vs outputs ({BUFFERS[0]} and "
+                                  f"{BUFFERS[1]}) of a jitted call returning 16-element arrays", None),
+            "precompute_weights": (False, f"{mapping}: a plain jax.jit recomputes weight-only work on every call", None),
+            "max_gemms": (1, f"{mapping}: a kernel is one library GEMM plus epilogues, as XLA:CPU runs it", None),
+            "loop_iteration_s": (measured["loop"]["iteration_s"], f"{by}: slope of t vs length of a scan "
+                                 f"({LOOP_TRIPS[0]} and {LOOP_TRIPS[1]}) with a 4x32 multiply-add body, less the "
+                                 "body's flops", None)},
+        "vector.op_weights": {
+            **{op: (1, f"{mapping}: the unit, one op of the measured multiply-add chain", None)
+               for op in ("add", "sub", "mul", "max", "min", "neg", "select", "compare")},
+            **{op: (w, f"{by}: " + ("a 64-wide row sum against a scale of the same array, extra time x flops_per_s "
+                                    "per element" if op == "reduce" else
+                                    f"slope of t vs chain length of {op}, x flops_per_s per element") + " (at least 1)",
+                    None) for op, w in v["op_weights"].items()},
+            "default": (1, None, "unlisted ops cost like one op of the multiply-add chain")},
+    }
     lines = [
         f"# cpu-host: this machine's CPU ({measured['cpus']} CPUs, jax {measured['jax']}) in the OPTU schema,",
         "# written by `optu calibrate`. Measured with synchronous dispatch and XLA_FLAGS",
@@ -265,72 +324,12 @@ def write_cpu_host_profile(measured: dict[str, Any], path: str | Path = PROFILES
         "# large GEMM costs flops / rate and one smaller than a tile costs a whole tile. Converter and",
         "# laser fields have no CPU meaning: bits are operand widths, the laser term is core power.",
         "# Rates are slopes between two sizes of one probe, so the per-call cost cancels out.",
+        "# Op weights are flops per element in units of one multiply-add-chain op (add/mul are 1).",
         'name = "cpu-host"',
-        (f'description = "This host measured by optu calibrate on {measured["date"]}: '
+        (f'description = "This host measured by optu calibrate on {date}: '
          f'{m["flops_per_s"] / 1e9:.1f} GFLOP/s matmul, {mem["hbm_bw_bytes_per_s"] / 1e9:.1f} GB/s DRAM"'),
-        (f"min_speedup = {MIN_SPEEDUP}  # judgement: kernel estimates run 0.75-1.06x of measured (bench/calibration.py "
-         "p10-p90), so a smaller estimated gain may be a loss; the original is returned instead"),
-        "",
-        "[gemm]",
-        f"rows = {TILE}  # assumption: 16-wide register/cache block of N (see the mapping above)",
-        f"cols = {TILE}  # assumption: 16-deep block of K (see the mapping above)",
-        "cores = 1  # the whole CPU is one core: GEMMs run on one thread (see the settings above)",
-        (f"clock_hz = {_num(clock)}  # {by}: matmul rate {m['flops_per_s']:.4g} flop/s (slope of t vs flops, "
-         f"square fp32 {lo} and {hi}) / (2 * 16 * 16)"),
-        "weight_load_s = 0.0  # a CPU streams both operands from cache; no separate weight programming",
-        "weight_load_overlap = 0.0  # nothing to overlap when weight_load_s is 0",
-        "dac_bits = 32  # fp32 operand width (no converters on a CPU)",
-        "adc_bits = 32  # fp32 accumulator width (no converters on a CPU)",
-        f"dac_energy_j = 5.0e-12  # {unmeasured}: an L1 operand load on a server core",
-        f"adc_energy_j = 5.0e-12  # {unmeasured}: one accumulate + store, same scale as a load",
-        "weight_cell_energy_j = 0.0  # no weight programming on a CPU (weight_load_s is 0)",
-        f"laser_power_w = 15.0  # {unmeasured}: ~15 W of busy core power stands in for the laser term",
-        (f"call_overhead_s = {_num(m['call_overhead_s'])}  # {by}: slope of t vs chain length of dependent "
-         f"8x16 @ 16x16 GEMMs in one call ({GEMM_CHAIN[0]} and {GEMM_CHAIN[1]}), less one tile pass"),
-        (f"conv_overhead_s = {_num(conv['overhead_s'])}  # {by}: a 3x3 convolution of one {CONV_TINY}x"
-         f"{CONV_TINY} single-feature image, less the per-call overhead"),
-        (f"conv_positions_per_s = {_num(conv['positions_per_s'])}  # {by}: slope of t vs output positions "
-         f"of 3x3 NHWC convolutions of 2 images {CONV_SIZES[0]} and {CONV_SIZES[1]} square, median over "
-         f"{'/'.join(map(str, CONV_FEATURES))} features in and out"),
-        "",
-        "[vector]",
-        (f"flops_per_s = {_num(v['flops_per_s'])}  # {by}: slope of t vs length of a multiply-add chain "
-         f"({CHAINS[0]} and {CHAINS[1]} steps) over {VECTOR_ELEMENTS} cached fp32 elements, 2 flops a step"),
-        f"energy_per_flop_j = 1.0e-11  # {unmeasured}: ~10 pJ per scalar-equivalent flop",
-        "",
-        "[memory]",
-        f"sram_bytes = {llc or 8_000_000}  # {cache_note}",
-        (f"sram_bw_bytes_per_s = {_num(v['sram_bw_bytes_per_s'])}  # {by}: slope of t vs bytes of fp32 adds of "
-         f"{L2_ELEMENTS[0]} and {L2_ELEMENTS[1]} elements (12 bytes each), L2-resident"),
-        f"sram_energy_per_byte_j = 2.0e-12  # {unmeasured}: Horowitz 45 nm ~1.25 pJ/byte plus cache wiring",
-        (f"hbm_bw_bytes_per_s = {_num(mem['hbm_bw_bytes_per_s'])}  # {by}: fp32 add of two "
-         f"{DRAM_ELEMENTS}-element (32 MiB) arrays, 12 bytes per element, less the per-call overhead; DRAM plays HBM"),
-        f"hbm_energy_per_byte_j = 1.5e-10  # {unmeasured}: ~20 pJ/bit for DDR including I/O",
-        f"cache_bytes = {llc or 8_000_000}  # {cache_note}; kernel traffic up to this size stays in it",
-        (f"cache_bw_bytes_per_s = {_num(mem['cache_bw_bytes_per_s'])}  # {by}: slope of t vs bytes of fp32 adds "
-         f"of {LLC_ELEMENTS[0]} and {LLC_ELEMENTS[1]} elements, past L2 and inside the last-level cache"),
-        "",
-        "[kernel]",
-        (f"launch_overhead_s = {_num(measured['overhead']['launch_overhead_s'])}  # {by}: jitted call of a "
-         "scalar add (dispatch + block_until_ready), one input and one output"),
-        (f"input_overhead_s = {_num(measured['overhead']['inputs_s'])}  # {by}: slope of t vs inputs "
-         f"({BUFFERS[0]} and {BUFFERS[1]}) of a jitted sum of 16-element arrays"),
-        (f"output_overhead_s = {_num(measured['overhead']['outputs_s'])}  # {by}: slope of t vs outputs "
-         f"({BUFFERS[0]} and {BUFFERS[1]}) of a jitted call returning 16-element arrays"),
-        "precompute_weights = false  # a plain jax.jit recomputes weight-only work on every call",
-        (f"loop_iteration_s = {_num(measured['loop']['iteration_s'])}  # {by}: slope of t vs length of a scan "
-         f"({LOOP_TRIPS[0]} and {LOOP_TRIPS[1]}) with a 4x32 multiply-add body, less the body's flops"),
-        "",
-        "# Flops per element in units of one multiply-add-chain op (so add/mul are 1 by definition).",
-        "[vector.op_weights]",
+        *render_profile_fields(fields),
     ]
-    ones = ("add", "sub", "mul", "max", "min", "neg", "select", "compare")
-    lines += [f"{op} = 1  # the unit: one op of the measured multiply-add chain" for op in ones]
-    for op, w in v["op_weights"].items():
-        how = ("a 64-wide row sum against a scale of the same array, extra time x flops_per_s per element"
-               if op == "reduce" else f"slope of t vs chain length of {op}, x flops_per_s per element")
-        lines.append(f"{op} = {_num(w)}  # {by}: {how} (at least 1)")
-    lines.append("default = 1  # unlisted ops cost like one op of the multiply-add chain (assumption)")
     path = Path(path)
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     load_profile(str(path))  # raises ProfileError rather than leave behind a profile that does not load

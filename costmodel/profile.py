@@ -7,6 +7,7 @@ override) is a `ProfileError` whose message names the file or source and the dot
 from __future__ import annotations
 
 import functools
+import json
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any
@@ -18,7 +19,10 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
+
+from costmodel.provenance import Basis, numbers, overridden
 
 PROFILES_DIR = Path(__file__).parent / "profiles"
 
@@ -154,6 +158,23 @@ class HardwareProfile(_Section):
     vector: VectorUnit
     memory: MemorySystem
     kernel: KernelParams
+    # Where each number comes from, by dotted field (costmodel/provenance.py): shipped profiles label
+    # every number; a request's own profile may leave it empty. Never part of a cost.
+    provenance: dict[str, Basis] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _labels_name_numbers(self) -> HardwareProfile:
+        unknown = sorted(set(self.provenance) - set(numbers(self)))
+        if unknown:
+            raise ValueError(f"provenance names no number of the profile: {', '.join(unknown)}")
+        return self
+
+    def costs(self) -> dict[str, Any]:
+        """The profile without its provenance: what a request's hash and a cost depend on."""
+        return self.model_dump(mode="json", exclude={"provenance"})
+
+    def __hash__(self) -> int:  # the dict fields would make pydantic's frozen hash fail
+        return hash(json.dumps(self.costs(), sort_keys=True))
 
 
 def _describe(err: dict[str, Any]) -> tuple[str, str]:
@@ -235,4 +256,5 @@ def with_overrides(profile: HardwareProfile, overrides: dict[str, Any]) -> Hardw
                 f"override '{dotted}': is a section; override its fields instead", field=dotted
             )
         node[parts[-1]] = value
+    data["provenance"] = overridden(data["provenance"], list(overrides))
     return profile_from_dict(data, source=f"'{profile.name}' with overrides")

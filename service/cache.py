@@ -93,7 +93,7 @@ def canonical_request_id(program: dict[str, Any], profile: str | dict | Hardware
     profile = pipeline.resolve_profile(profile)
     options = options if isinstance(options, OptimizeOptions) else OptimizeOptions.model_validate(options or {})
     interface = [[s.get("name") for s in program.get("inputs", [])], program.get("outputs", [])]
-    canonical = json.dumps([_canonical_program(program), interface, profile.model_dump(mode="json"),
+    canonical = json.dumps([_canonical_program(program), interface, profile.costs(),
                             options.model_dump(mode="json"), pipeline.VERSION, code_fingerprint()],
                            sort_keys=True, default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()

@@ -39,7 +39,7 @@ def resolve_profile(hardware: str | dict | HardwareProfile | None) -> HardwarePr
 
 
 def request_id(program: dict, profile: HardwareProfile, options: OptimizeOptions) -> str:
-    canonical = json.dumps([program, profile.model_dump(), options.model_dump(), VERSION], sort_keys=True)
+    canonical = json.dumps([program, profile.costs(), options.model_dump(), VERSION], sort_keys=True)
     return hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 

@@ -15,6 +15,7 @@ from costmodel.calibrate import (
     write_cpu_host_profile,
 )
 from costmodel.profile import PROFILES_DIR, load_profile
+from costmodel.provenance import assumed, unlabelled
 
 
 @pytest.fixture(scope="module")
@@ -50,18 +51,18 @@ def test_calibration_writes_the_optional_terms(measured, tmp_path):
     assert measured["xla_flags"] == cal.MEASUREMENT_XLA_FLAGS
 
 
-def test_every_number_in_the_written_profile_is_commented(measured, tmp_path):
-    path = write_cpu_host_profile(measured, tmp_path / "p.toml")
-    text = path.read_text()
-    tomllib.loads(text)
-    assignments = [line for line in text.splitlines() if "=" in line and not line.startswith("#")
-                   and not line.startswith(("name", "description"))]
-    assert assignments and all("#" in line for line in assignments)
-    assert sum("measured by optu calibrate on" in line for line in assignments) >= 12
+def test_every_number_in_the_written_profile_is_labelled(measured, tmp_path):
+    profile = load_profile(str(write_cpu_host_profile(measured, tmp_path / "p.toml")))
+    assert unlabelled(profile) == []
+    measured_by = [name for name, basis in profile.provenance.items()
+                   if basis.source and basis.source.startswith("measured by optu calibrate on")]
+    assert len(measured_by) >= 12 and "gemm.clock_hz" in measured_by and "kernel.launch_overhead_s" in measured_by
+    assert {"gemm.dac_energy_j", "min_speedup"} <= set(assumed(profile))  # not measurable: said so
 
 
 def test_the_shipped_cpu_host_profile_is_calibrated():
-    assert "measured by optu calibrate" in (PROFILES_DIR / "cpu-host.toml").read_text()
+    sources = [b.source or "" for b in load_profile("cpu-host").provenance.values()]
+    assert sum(s.startswith("measured by optu calibrate") for s in sources) >= 12
     assert load_profile("cpu-host").gemm.cores == 1
 
 

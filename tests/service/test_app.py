@@ -210,6 +210,20 @@ def test_hardware_profile_by_name_and_404_naming_unknown(client):
     assert r.status_code == 404 and "'nope'" in r.json()["detail"]
 
 
+@pytest.mark.parametrize("name", list_profiles())
+def test_a_profile_shows_where_each_number_comes_from(client, name):
+    profile = client.get(f"/v1/hardware/{name}").json()
+    labels = profile["provenance"]
+    numbers = {f"{section}.{key}" if section else key for section, fields in
+               [("", profile), *((s, profile[s]) for s in ("gemm", "vector", "memory", "kernel")),
+                ("vector.op_weights", profile["vector"]["op_weights"])]
+               for key, value in fields.items() if isinstance(value, (int, float))}
+    assert numbers and numbers <= set(labels)
+    assert all(bool(label["source"]) != bool(label["assumed"] and label["reason"]) for label in labels.values())
+    if name == "optu-v1":
+        assert labels["kernel.max_gemms"]["assumed"] and labels["gemm.weight_load_s"]["source"]
+
+
 def test_health_and_readiness(client):
     assert client.get("/healthz").json() == {"status": "ok"}
     r = client.get("/readyz")
