@@ -2,7 +2,6 @@
 the rates derive from probe times as slopes (checked on made-up times), and timing interleaves."""
 from __future__ import annotations
 
-import tomllib
 
 import pytest
 

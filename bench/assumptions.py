@@ -1,0 +1,136 @@
+"""`python -m bench.assumptions`: how much the headline rests on numbers nobody measured.
+
+The headline is the geometric-mean estimated speedup (and energy ratio) of every registry model
+over the fair baseline on `optu-v1`. It is recomputed with each of the profile's assumed numbers
+(its `[provenance]` says which) at x0.5 and x2, the others as shipped; `kernel.max_gemms` at
+1, 4 and 16 and the launch overhead at 0.5, 1 and 5 us besides. An assumed zero (a per-op or
+per-buffer overhead the profile says the OPTU does not have) has no x0.5 or x2: it is tried at
+0.1 and 1 us instead. Each point is a whole optimization of every model (the chosen program may
+change with the hardware), with validation off (it does not change an estimate). Writes
+bench/results/assumptions.json and the README table between `<!-- assumptions:begin/end -->`.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from bench.models.registry import MODELS, capture_model
+from bench.report import RESULTS_DIR, fmt_ratio, geomean, machine, machine_line, publish
+from costmodel.profile import HardwareProfile, load_profile, with_overrides
+from costmodel.provenance import assumed
+
+RESULTS = RESULTS_DIR / "assumptions.json"
+PROFILE = "optu-v1"
+FACTORS = (0.5, 2.0)
+SETS = {"kernel.max_gemms": (1, 4, 16), "kernel.launch_overhead_s": (0.5e-6, 1e-6, 2e-6, 5e-6)}
+ZERO_ALTERNATIVES = (1e-7, 1e-6)  # seconds: for assumed zero overheads
+UPPER_BOUNDS = {"gemm.weight_load_overlap": 1.0}  # a fraction
+
+
+def sweep_points(profile: HardwareProfile) -> list[tuple[str, dict[str, Any]]]:
+    """(assumption, overrides) for every point, the profile as shipped first."""
+    points: list[tuple[str, dict[str, Any]]] = [("as shipped", {})]
+    for name, value in assumed(profile).items():
+        if name in SETS:
+            values = [v for v in SETS[name] if v != value]
+        elif isinstance(value, bool):
+            values = [not value]
+        elif value == 0:
+            values = list(ZERO_ALTERNATIVES)
+        else:
+            values = [min(value * f, UPPER_BOUNDS.get(name, math.inf)) for f in FACTORS]
+            values = [max(1, round(v)) if isinstance(value, int) else v for v in values]
+            values = [v for v in dict.fromkeys(values) if v != value]
+        points += [(name, {name: v}) for v in values]
+    return points
+
+
+_programs: dict[str, dict] = {}
+
+
+def _capture(models: list[str]) -> None:
+    for name in models:
+        _programs[name] = capture_model(name)[0]
+
+
+def headline(overrides: dict[str, Any], models: list[str]) -> dict[str, Any]:
+    """Geomean speedup and energy ratio over the fair baseline of `models` on the profile with `overrides`."""
+    from service.pipeline import optimize  # in the worker process, after its capture
+
+    profile = with_overrides(load_profile(PROFILE), overrides)
+    speedups, energies = {}, {}
+    for name in models:
+        estimate = optimize(_programs[name], profile, {"validate": False})["estimate"]
+        speedups[name] = estimate["speedup_vs_baseline"]
+        energies[name] = estimate["baseline"]["energy_j"] / estimate["optimized"]["energy_j"]
+    return {"geomean_speedup": geomean(speedups.values()), "geomean_energy": geomean(energies.values()),
+            "speedups": speedups}
+
+
+def measure(models: list[str], workers: int, only: list[str] | None = None) -> list[dict[str, Any]]:
+    """Every point (or the shipped one and those of the assumptions in `only`), on `workers` processes."""
+    points = [p for p in sweep_points(load_profile(PROFILE)) if not only or p[0] in ("as shipped", *only)]
+    with ProcessPoolExecutor(workers, initializer=_capture, initargs=(models,)) as pool:
+        results = pool.map(headline, [o for _, o in points], [models] * len(points))
+        rows = []
+        for (name, overrides), result in zip(points, results):
+            rows.append({"assumption": name, "overrides": overrides, **result})
+            print(f"{name} {overrides}: {result['geomean_speedup']:.3f}x time, "
+                  f"{result['geomean_energy']:.3f}x energy", flush=True)
+    return rows
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    base = rows[0]["geomean_speedup"]
+    moves: dict[str, float] = {}
+    for r in rows[1:]:
+        moves[r["assumption"]] = max(moves.get(r["assumption"], 0.0), abs(math.log(r["geomean_speedup"] / base)))
+    ranked = sorted(moves, key=moves.get, reverse=True)
+    return {"as_shipped": base, "low": min(r["geomean_speedup"] for r in rows),
+            "high": max(r["geomean_speedup"] for r in rows), "most_moving": ranked[:5],
+            "unmoved": sorted(name for name, move in moves.items() if move < 1e-3),
+            "energy_low": min(r["geomean_energy"] for r in rows), "energy_high": max(r["geomean_energy"] for r in rows)}
+
+
+def table(rows: list[dict[str, Any]], summary: dict[str, Any], meta: dict[str, Any], models: int) -> str:
+    base = summary["as_shipped"]
+    by_name: dict[str, list[dict[str, Any]]] = {}
+    for r in rows[1:]:
+        by_name.setdefault(r["assumption"], []).append(r)
+    moving = sorted(by_name, key=lambda n: -max(abs(math.log(r["geomean_speedup"] / base)) for r in by_name[n]))
+    lines = [f"Headline geomean over the fair baseline ({models} models, `{PROFILE}`) with each assumed number "
+             f"moved, the others as shipped ({machine_line(meta)}): as shipped **{fmt_ratio(base)}**, range "
+             f"**{fmt_ratio(summary['low'])} - {fmt_ratio(summary['high'])}**; energy ratio "
+             f"{fmt_ratio(summary['energy_low'])} - {fmt_ratio(summary['energy_high'])}. Moves it most: "
+             f"{', '.join(f'`{n}`' for n in summary['most_moving'][:3])}. Assumptions that move it by under "
+             f"0.1%: {len(summary['unmoved'])} of {len(by_name)}. Regenerate with `python -m bench.assumptions`.", "",
+             "| assumption | as shipped | values tried -> geomean speedup (energy ratio) |", "|---|---|---|"]
+    values = assumed(load_profile(PROFILE))
+    for name in moving:
+        tried = ", ".join(f"{r['overrides'][name]:.3g}: {fmt_ratio(r['geomean_speedup'])} "
+                          f"({fmt_ratio(r['geomean_energy'])})" for r in by_name[name])
+        lines.append(f"| `{name}` | {values[name]:.3g} | {tried} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="*", default=list(MODELS))
+    parser.add_argument("--only", nargs="*", help="sweep only these assumptions (dotted names)")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--no-readme", action="store_true")
+    args = parser.parse_args(argv)
+    rows = measure(args.models, args.workers, args.only)
+    summary = summarize(rows)
+    meta = machine()
+    payload = {"machine": meta, "profile": PROFILE, "models": args.models, "summary": summary, "points": rows}
+    publish(args.out, payload, table(rows, summary, meta, len(args.models)), "assumptions", readme=not args.no_readme)
+    return payload
+
+
+if __name__ == "__main__":
+    main()
