@@ -1,12 +1,13 @@
 """`python -m bench.assumptions`: how much the headline rests on numbers nobody measured.
 
-The headline is the geometric-mean estimated speedup (and energy ratio) of every registry model
-over the fair baseline on `optu-v1`. It is recomputed with each of the profile's assumed numbers
-(its `[provenance]` says which) at x0.5 and x2, the others as shipped; `kernel.max_gemms` at
-1, 4 and 16 and the launch overhead at 0.5, 1 and 5 us besides. An assumed zero (a per-op or
-per-buffer overhead the profile says the OPTU does not have) has no x0.5 or x2: it is tried at
-0.1 and 1 us instead. Each point is a whole optimization of every model (the chosen program may
-change with the hardware), with validation off (it does not change an estimate). Writes
+The headline is the geometric-mean estimated speedup of every registry model over the fair
+baseline on `optu-v1`. It is recomputed with each of the profile's assumed numbers (its
+`[provenance]` says which) at x0.5 and x2, the others as shipped: `kernel.max_gemms` at 1, 4 and
+16 and the launch overhead at 0.5, 1, 2 and 5 us instead. Assumed zeros (per-op and per-buffer
+overheads the profile says the OPTU does not have) have no x0.5 or x2: they are tried together at
+0.1 and 1 us. Op weights move in two groups (`groups`). Each point is a whole optimization of
+every model (the chosen program may change with the hardware), with validation off (it does not
+change an estimate); the points run on two processes. Writes
 bench/results/assumptions.json and the README table between `<!-- assumptions:begin/end -->`.
 """
 from __future__ import annotations
@@ -28,24 +29,56 @@ FACTORS = (0.5, 2.0)
 SETS = {"kernel.max_gemms": (1, 4, 16), "kernel.launch_overhead_s": (0.5e-6, 1e-6, 2e-6, 5e-6)}
 ZERO_ALTERNATIVES = (1e-7, 1e-6)  # seconds: for assumed zero overheads
 UPPER_BOUNDS = {"gemm.weight_load_overlap": 1.0}  # a fraction
+# Not swept, with the reason: extraction minimizes time, so numbers that only price energy cannot
+# change the chosen program or the time headline; the converter widths are descriptive (no formula
+# reads them).
+ENERGY_ONLY = ("_energy_j", "energy_per_flop_j", "energy_per_byte_j", "laser_power_w")
+DESCRIPTIVE = ("gemm.dac_bits", "gemm.adc_bits")
 
 
-def sweep_points(profile: HardwareProfile) -> list[tuple[str, dict[str, Any]]]:
-    """(assumption, overrides) for every point, the profile as shipped first."""
-    points: list[tuple[str, dict[str, Any]]] = [("as shipped", {})]
+def not_swept(name: str) -> str | None:
+    if name.endswith(ENERGY_ONLY):
+        return "prices energy only: extraction minimizes time, so the chosen programs and the time headline cannot move"
+    if name in DESCRIPTIVE:
+        return "descriptive: no cost formula reads it"
+    return None
+
+
+def groups(profile: HardwareProfile) -> dict[str, dict[str, Any]]:
+    """The swept assumptions: one entry per assumed number, except that op weights move together
+    (the one-op kinds, and the multi-op kinds: 19 numbers of the same kind of guess) and so do the
+    assumed zero overheads; each whole optimization of the zoo costs about a minute here."""
+    out: dict[str, dict[str, Any]] = {}
     for name, value in assumed(profile).items():
-        if name in SETS:
-            values = [v for v in SETS[name] if v != value]
-        elif isinstance(value, bool):
-            values = [not value]
-        elif value == 0:
-            values = list(ZERO_ALTERNATIVES)
+        if not_swept(name):
+            continue
+        if name.startswith("vector.op_weights."):
+            key = "vector.op_weights (one-op kinds)" if value == 1 else "vector.op_weights (multi-op kinds)"
+        elif value == 0 and name not in SETS:
+            key = "assumed zero overheads"
         else:
-            values = [min(value * f, UPPER_BOUNDS.get(name, math.inf)) for f in FACTORS]
-            values = [max(1, round(v)) if isinstance(value, int) else v for v in values]
-            values = [v for v in dict.fromkeys(values) if v != value]
-        points += [(name, {name: v}) for v in values]
+            key = name
+        out.setdefault(key, {})[name] = value
+    return out
+
+
+def sweep_points(profile: HardwareProfile) -> list[tuple[str, str, dict[str, Any]]]:
+    """(assumption, setting, overrides) for every point, the profile as shipped first."""
+    points: list[tuple[str, str, dict[str, Any]]] = [("as shipped", "", {})]
+    for key, fields in groups(profile).items():
+        if len(fields) == 1 and key in SETS:
+            settings = [(f"{v:.3g}", {key: v}) for v in SETS[key] if v != fields[key]]
+        elif all(v == 0 for v in fields.values()):
+            settings = [(f"{v:.3g} s", dict.fromkeys(fields, v)) for v in ZERO_ALTERNATIVES]
+        else:
+            settings = [(f"x{f:g}", {n: _scaled(n, v, f) for n, v in fields.items()}) for f in FACTORS]
+        points += [(key, setting, overrides) for setting, overrides in settings]
     return points
+
+
+def _scaled(name: str, value: Any, factor: float) -> Any:
+    moved = min(value * factor, UPPER_BOUNDS.get(name, math.inf))
+    return max(1, round(moved)) if isinstance(value, int) and not name.startswith("vector.op_weights.") else moved
 
 
 _programs: dict[str, dict] = {}
@@ -74,11 +107,11 @@ def measure(models: list[str], workers: int, only: list[str] | None = None) -> l
     """Every point (or the shipped one and those of the assumptions in `only`), on `workers` processes."""
     points = [p for p in sweep_points(load_profile(PROFILE)) if not only or p[0] in ("as shipped", *only)]
     with ProcessPoolExecutor(workers, initializer=_capture, initargs=(models,)) as pool:
-        results = pool.map(headline, [o for _, o in points], [models] * len(points))
+        results = pool.map(headline, [o for *_, o in points], [models] * len(points))
         rows = []
-        for (name, overrides), result in zip(points, results):
-            rows.append({"assumption": name, "overrides": overrides, **result})
-            print(f"{name} {overrides}: {result['geomean_speedup']:.3f}x time, "
+        for (name, setting, overrides), result in zip(points, results):
+            rows.append({"assumption": name, "setting": setting, "overrides": overrides, **result})
+            print(f"{name} {setting}: {result['geomean_speedup']:.3f}x time, "
                   f"{result['geomean_energy']:.3f}x energy", flush=True)
     return rows
 
@@ -91,8 +124,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     ranked = sorted(moves, key=moves.get, reverse=True)
     return {"as_shipped": base, "low": min(r["geomean_speedup"] for r in rows),
             "high": max(r["geomean_speedup"] for r in rows), "most_moving": ranked[:5],
-            "unmoved": sorted(name for name, move in moves.items() if move < 1e-3),
-            "energy_low": min(r["geomean_energy"] for r in rows), "energy_high": max(r["geomean_energy"] for r in rows)}
+            "unmoved": sorted(name for name, move in moves.items() if move < 1e-3)}
 
 
 def table(rows: list[dict[str, Any]], summary: dict[str, Any], meta: dict[str, Any], models: int) -> str:
@@ -101,18 +133,23 @@ def table(rows: list[dict[str, Any]], summary: dict[str, Any], meta: dict[str, A
     for r in rows[1:]:
         by_name.setdefault(r["assumption"], []).append(r)
     moving = sorted(by_name, key=lambda n: -max(abs(math.log(r["geomean_speedup"] / base)) for r in by_name[n]))
-    lines = [f"Headline geomean over the fair baseline ({models} models, `{PROFILE}`) with each assumed number "
-             f"moved, the others as shipped ({machine_line(meta)}): as shipped **{fmt_ratio(base)}**, range "
-             f"**{fmt_ratio(summary['low'])} - {fmt_ratio(summary['high'])}**; energy ratio "
-             f"{fmt_ratio(summary['energy_low'])} - {fmt_ratio(summary['energy_high'])}. Moves it most: "
-             f"{', '.join(f'`{n}`' for n in summary['most_moving'][:3])}. Assumptions that move it by under "
-             f"0.1%: {len(summary['unmoved'])} of {len(by_name)}. Regenerate with `python -m bench.assumptions`.", "",
-             "| assumption | as shipped | values tried -> geomean speedup (energy ratio) |", "|---|---|---|"]
-    values = assumed(load_profile(PROFILE))
+    profile = load_profile(PROFILE)
+    shipped = {key: ", ".join(f"{v:.3g}" for v in dict.fromkeys(fields.values()))
+               for key, fields in groups(profile).items()}
+    skipped = {name: not_swept(name) for name in assumed(profile) if not_swept(name)}
+    lines = [f"Headline geomean speedup over the fair baseline ({models} models, `{PROFILE}`, estimates) with each "
+             f"assumed number moved, the others as shipped ({machine_line(meta)}): as shipped **{fmt_ratio(base)}**, "
+             f"range **{fmt_ratio(summary['low'])} - {fmt_ratio(summary['high'])}**. Moves it most: "
+             f"{', '.join(f'`{n}`' for n in summary['most_moving'][:3])}. Moved by under 0.1%: "
+             f"{len(summary['unmoved'])} of {len(by_name)} swept. Regenerate with `python -m bench.assumptions`.", "",
+             "| assumption | as shipped | setting -> geomean speedup |", "|---|---|---|"]
     for name in moving:
-        tried = ", ".join(f"{r['overrides'][name]:.3g}: {fmt_ratio(r['geomean_speedup'])} "
-                          f"({fmt_ratio(r['geomean_energy'])})" for r in by_name[name])
-        lines.append(f"| `{name}` | {values[name]:.3g} | {tried} |")
+        tried = ", ".join(f"{r['setting']}: {fmt_ratio(r['geomean_speedup'])}" for r in by_name[name])
+        lines.append(f"| `{name}` | {shipped[name]} | {tried} |")
+    reasons: dict[str, list[str]] = {}
+    for name, reason in skipped.items():
+        reasons.setdefault(reason, []).append(f"`{name}`")
+    lines += ["", *(f"Not swept ({reason}): {', '.join(names)}." for reason, names in reasons.items())]
     return "\n".join(lines)
 
 

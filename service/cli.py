@@ -150,6 +150,15 @@ def _calibrate(args: argparse.Namespace) -> int:
           f"memory        {measured['memory']['hbm_bw_bytes_per_s'] / 1e9:.2f} GB/s\n"
           f"per call      {measured['overhead']['launch_overhead_s'] * 1e6:.2f} us\n"
           f"wrote         {path}")
+    if args.check_models:
+        from bench.calibration import check_kernels
+
+        checked = check_kernels(args.check_models, str(path), passes=4, budget_per_kernel_s=args.check_seconds)
+        for kind, what in (("baseline", "baseline kernels"), ("optimized", "optimized kernels")):
+            k = checked[kind]
+            print(f"{what:<18}{k['kernels']} of {', '.join(args.check_models)}: Spearman {k['spearman']:.3f}, "
+                  f"estimate/measured median {k['median_ratio_estimate_over_measured']:.2f} "
+                  f"(p10 {k['ratio_p10']:.2f}, p90 {k['ratio_p90']:.2f})")
     return 0
 
 
@@ -166,6 +175,9 @@ def _hardware(args: argparse.Namespace) -> int:
     for p in profiles:
         print(f"{p['name']:<{width}}  {p['description']}")
     return 0
+
+
+CALIBRATION_CHECK_MODELS = ("transformer_layer", "rnn_unrolled", "matmul_chain", "mlp_mixer_block")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -208,6 +220,10 @@ def build_parser() -> argparse.ArgumentParser:
     cal = commands.add_parser("calibrate", help="measure this CPU with JAX and write the cpu-host profile")
     cal.add_argument("--seconds", type=float, default=20, help="measurement budget, compile time excluded")
     cal.add_argument("--output", metavar="PATH", help="default: costmodel/profiles/cpu-host.toml")
+    cal.add_argument("--check-models", nargs="*", default=list(CALIBRATION_CHECK_MODELS), metavar="MODEL",
+                     help="zoo models whose kernels (as written in the baseline's groups, and as optimized) are "
+                          "timed against the new profile's estimates: rank correlation and scale; none: skip")
+    cal.add_argument("--check-seconds", type=float, default=0.2, help="timing budget per checked kernel")
     cal.set_defaults(run=_calibrate)
 
     hw = commands.add_parser("hardware", help="list hardware profiles")

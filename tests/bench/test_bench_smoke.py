@@ -4,16 +4,18 @@ Structure and validity only: timings vary with the machine and are never asserte
 from __future__ import annotations
 
 import json
+import re
 
 import jax
 import numpy as np
 import pytest
 
-from bench import ceiling, cpu_speed, never_worse, run, speed, time_limits
+from bench import calibration, ceiling, cpu_speed, never_worse, run, speed, time_limits
 from bench.models.registry import LARGE, MODELS, RNN_AND_CHAINS, SMALL, build
 from bench.models.variants import MODELS_WITH_ALTERNATIVES, alternatives
 from bench.report import geomean, update_readme
 from lowering.to_jax import program_to_callable
+from service import cli
 from service.capture import capture
 
 QUICK = ["mlp2", "matmul_chain", "rnn_unrolled"]
@@ -166,3 +168,19 @@ def test_never_worse_benchmark_reports_each_profile(tmp_path):
     for profile in ("optu-v1", "cpu-host"):
         assert row[profile]["speedup_vs_baseline"] >= 1.0 and row[profile]["validation"] in ("passed", "identical")
     assert "below 1.00x anywhere: none" in never_worse.table([row], ["optu-v1", "cpu-host"], run.machine())
+
+
+def test_calibrate_checks_the_new_profile_on_baseline_and_optimized_kernels(tmp_path, capsys):
+    assert cli.main(["calibrate", "--seconds", "1", "--output", str(tmp_path / "cpu.toml"),
+                     "--check-models", "matmul_chain", "rnn_unrolled", "--check-seconds", "0.01"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for what in ("baseline kernels", "optimized kernels"):
+        (line,) = [line for line in lines if line.startswith(what)]
+        kernels, rho = re.match(rf"{what}\s+(\d+) of .*: Spearman (\S+),", line).groups()
+        assert int(kernels) >= 3 and -1 <= float(rho) <= 1
+
+
+def test_the_kernel_check_times_both_programs_kernels_and_they_differ():
+    checked = calibration.check_kernels(["rnn_unrolled"], "cpu-host", passes=1, budget_per_kernel_s=0.01)
+    assert checked["baseline"]["kernels"] > 0 and checked["optimized"]["kernels"] > 0
+    assert checked["baseline"]["kernels"] != checked["optimized"]["kernels"]  # the optimizer changed the kernels

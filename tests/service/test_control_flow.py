@@ -224,3 +224,12 @@ def test_zoo_lstm_scan_still_validates():
     expected = [np.asarray(x) for x in jax.tree.leaves(fn(*args))]
     for want, have in zip(expected, _run(response["program"], jax.tree.leaves(args))):
         np.testing.assert_allclose(have, want, rtol=1e-4, atol=1e-5)
+
+
+def test_with_validation_turned_off_a_loop_body_is_still_optimized():
+    fn, args = ZOO["lstm_scan"]()
+    program = capture(fn, *args, weight_argnums=WEIGHT_ARGNUMS["lstm_scan"])
+    checked, unchecked = optimize(program), optimize(program, options={"validate": False})
+    assert checked["validation"]["status"] in VALIDATED and unchecked["validation"]["status"] == "skipped"
+    assert checked["estimate"]["speedup_vs_baseline"] > 1.2  # the body's rewrites pay
+    assert unchecked["estimate"]["speedup_vs_baseline"] == pytest.approx(checked["estimate"]["speedup_vs_baseline"])
