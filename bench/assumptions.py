@@ -4,8 +4,8 @@ The headline is the geometric-mean estimated speedup of every registry model ove
 baseline on `optu-v1`. It is recomputed with each of the profile's assumed numbers (its
 `[provenance]` says which) at x0.5 and x2, the others as shipped: `kernel.max_gemms` at 1, 4 and
 16 and the launch overhead at 0.5, 1, 2 and 5 us instead. Assumed zeros (per-op and per-buffer
-overheads the profile says the OPTU does not have) have no x0.5 or x2: they are tried together at
-0.1 and 1 us. Op weights move in two groups (`groups`). Each point is a whole optimization of
+overheads the profile says the OPTU does not have) have no x0.5 or x2: they are tried at 0.1 and
+1 us. Each point is a whole optimization of
 every model (the chosen program may change with the hardware), with validation off (it does not
 change an estimate); the points run on two processes. Writes
 bench/results/assumptions.json and the README table between `<!-- assumptions:begin/end -->`.
@@ -44,35 +44,22 @@ def not_swept(name: str) -> str | None:
     return None
 
 
-def groups(profile: HardwareProfile) -> dict[str, dict[str, Any]]:
-    """The swept assumptions: one entry per assumed number, except that op weights move together
-    (the one-op kinds, and the multi-op kinds: 19 numbers of the same kind of guess) and so do the
-    assumed zero overheads; each whole optimization of the zoo costs about a minute here."""
-    out: dict[str, dict[str, Any]] = {}
-    for name, value in assumed(profile).items():
-        if not_swept(name):
-            continue
-        if name.startswith("vector.op_weights."):
-            key = "vector.op_weights (one-op kinds)" if value == 1 else "vector.op_weights (multi-op kinds)"
-        elif value == 0 and name not in SETS:
-            key = "assumed zero overheads"
-        else:
-            key = name
-        out.setdefault(key, {})[name] = value
-    return out
+def swept(profile: HardwareProfile) -> dict[str, Any]:
+    """The assumed numbers that can move the time headline, by dotted field."""
+    return {name: value for name, value in assumed(profile).items() if not not_swept(name)}
 
 
 def sweep_points(profile: HardwareProfile) -> list[tuple[str, str, dict[str, Any]]]:
     """(assumption, setting, overrides) for every point, the profile as shipped first."""
     points: list[tuple[str, str, dict[str, Any]]] = [("as shipped", "", {})]
-    for key, fields in groups(profile).items():
-        if len(fields) == 1 and key in SETS:
-            settings = [(f"{v:.3g}", {key: v}) for v in SETS[key] if v != fields[key]]
-        elif all(v == 0 for v in fields.values()):
-            settings = [(f"{v:.3g} s", dict.fromkeys(fields, v)) for v in ZERO_ALTERNATIVES]
+    for name, value in swept(profile).items():
+        if name in SETS:
+            settings = [(f"{v:.3g}", v) for v in SETS[name] if v != value]
+        elif value == 0:
+            settings = [(f"{v:.3g} s", v) for v in ZERO_ALTERNATIVES]
         else:
-            settings = [(f"x{f:g}", {n: _scaled(n, v, f) for n, v in fields.items()}) for f in FACTORS]
-        points += [(key, setting, overrides) for setting, overrides in settings]
+            settings = [(f"x{f:g}", _scaled(name, value, f)) for f in FACTORS]
+        points += [(name, setting, {name: v}) for setting, v in settings]
     return points
 
 
@@ -134,8 +121,7 @@ def table(rows: list[dict[str, Any]], summary: dict[str, Any], meta: dict[str, A
         by_name.setdefault(r["assumption"], []).append(r)
     moving = sorted(by_name, key=lambda n: -max(abs(math.log(r["geomean_speedup"] / base)) for r in by_name[n]))
     profile = load_profile(PROFILE)
-    shipped = {key: ", ".join(f"{v:.3g}" for v in dict.fromkeys(fields.values()))
-               for key, fields in groups(profile).items()}
+    shipped = swept(profile)
     skipped = {name: not_swept(name) for name in assumed(profile) if not_swept(name)}
     lines = [f"Headline geomean speedup over the fair baseline ({models} models, `{PROFILE}`, estimates) with each "
              f"assumed number moved, the others as shipped ({machine_line(meta)}): as shipped **{fmt_ratio(base)}**, "
@@ -145,7 +131,7 @@ def table(rows: list[dict[str, Any]], summary: dict[str, Any], meta: dict[str, A
              "| assumption | as shipped | setting -> geomean speedup |", "|---|---|---|"]
     for name in moving:
         tried = ", ".join(f"{r['setting']}: {fmt_ratio(r['geomean_speedup'])}" for r in by_name[name])
-        lines.append(f"| `{name}` | {shipped[name]} | {tried} |")
+        lines.append(f"| `{name}` | {shipped[name]:.3g} | {tried} |")
     reasons: dict[str, list[str]] = {}
     for name, reason in skipped.items():
         reasons.setdefault(reason, []).append(f"`{name}`")
