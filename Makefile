@@ -28,6 +28,7 @@ bench: $(STAMP)
 	$(PY) -m bench.mutation
 	$(PY) -m bench.cpu_speed
 	$(PY) -m bench.calibration
+	$(PY) -m bench.assumptions
 	$(PY) -m bench.load
 
 clean:

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -93,10 +95,16 @@ def headline(overrides: dict[str, Any], models: list[str]) -> dict[str, Any]:
 def measure(models: list[str], workers: int, only: list[str] | None = None) -> list[dict[str, Any]]:
     """Every point (or the shipped one and those of the assumptions in `only`), on `workers` processes."""
     points = [p for p in sweep_points(load_profile(PROFILE)) if not only or p[0] in ("as shipped", *only)]
-    with ProcessPoolExecutor(workers, initializer=_capture, initargs=(models,)) as pool:
-        results = pool.map(headline, [o for *_, o in points], [models] * len(points))
+    with ExitStack() as stack:
+        if workers == 1:
+            _capture(models)
+            run = map
+        else:  # spawned, not forked: a fork of a process whose XLA threads run can deadlock
+            run = stack.enter_context(ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                                          initializer=_capture, initargs=(models,))).map
         rows = []
-        for (name, setting, overrides), result in zip(points, results):
+        for (name, setting, overrides), result in zip(points, run(headline, [o for *_, o in points],
+                                                                   [models] * len(points))):
             rows.append({"assumption": name, "setting": setting, "overrides": overrides, **result})
             print(f"{name} {setting}: {result['geomean_speedup']:.3f}x time, "
                   f"{result['geomean_energy']:.3f}x energy", flush=True)

@@ -146,7 +146,9 @@ def table(rows: list[dict[str, Any]], hardware: str, meta: dict[str, Any], summa
              "would on the same profile (vertical and sibling fusion, GEMMs back to back up to "
              "`kernel.max_gemms`, weight-only work precomputed). It rests on the profile's assumed numbers "
              "(`optu-v1`: `kernel.max_gemms` 16, launch 1 us, half of each weight load hidden; "
-             "costmodel/profiles/optu-v1.toml says which are measured). `naive` is one kernel per equation.", "",
+             "its `[provenance]` table says which are measured; the headline across their range is under "
+             "\"Hardware profiles\"). "
+             "`naive` is one kernel per equation.", "",
              f"Geometric-mean speedup over the baseline: **{fmt_ratio(summary['geomean_speedup_vs_baseline'])}** "
              f"across {summary['models']} models; over naive {fmt_ratio(summary['geomean_speedup_vs_naive'])}; "
              f"recurrent and matmul-chain models {fmt_ratio(summary['geomean_speedup_rnn_and_chains'])}; energy "

@@ -10,10 +10,12 @@ import jax
 import numpy as np
 import pytest
 
-from bench import calibration, ceiling, cpu_speed, never_worse, run, speed, time_limits
+from bench import assumptions, calibration, ceiling, cpu_speed, never_worse, run, speed, time_limits
 from bench.models.registry import LARGE, MODELS, RNN_AND_CHAINS, SMALL, build
 from bench.models.variants import MODELS_WITH_ALTERNATIVES, alternatives
 from bench.report import geomean, update_readme
+from costmodel.profile import load_profile
+from costmodel.provenance import assumed
 from lowering.to_jax import program_to_callable
 from service import cli
 from service.capture import capture
@@ -184,3 +186,23 @@ def test_the_kernel_check_times_both_programs_kernels_and_they_differ():
     checked = calibration.check_kernels(["rnn_unrolled"], "cpu-host", passes=1, budget_per_kernel_s=0.01)
     assert checked["baseline"]["kernels"] > 0 and checked["optimized"]["kernels"] > 0
     assert checked["baseline"]["kernels"] != checked["optimized"]["kernels"]  # the optimizer changed the kernels
+
+
+def test_the_assumption_sweep_moves_every_assumed_time_number_and_reports_the_range(tmp_path):
+    profile = load_profile("optu-v1")
+    points = assumptions.sweep_points(profile)
+    moved = {name for name, _, _ in points[1:]}
+    assert moved == {n for n in assumed(profile) if not assumptions.not_swept(n)}
+    assert {"kernel.max_gemms", "kernel.launch_overhead_s", "vector.op_weights.exp"} <= moved
+    assert all(assumptions.not_swept(n) for n in set(assumed(profile)) - moved)  # each skip has its reason
+    gemms = sorted(o["kernel.max_gemms"] for name, _, o in points if name == "kernel.max_gemms")
+    assert gemms == [1, 4]  # and 16, as shipped
+    out = tmp_path / "assumptions.json"
+    result = assumptions.main(["--models", "mlp2", "matmul_chain", "--only", "kernel.max_gemms", "--workers", "1",
+                               "--out", str(out), "--no-readme"])
+    assert json.loads(out.read_text())["summary"] == result["summary"]
+    summary, rows = result["summary"], result["points"]
+    assert len(rows) == 3 and summary["low"] <= summary["as_shipped"] <= summary["high"]
+    # One GEMM per kernel denies the baseline its chaining: the chain's reordering gains more.
+    by_gemms = {r["overrides"].get("kernel.max_gemms", 16): r["speedups"]["matmul_chain"] for r in rows}
+    assert by_gemms[1] > by_gemms[16]
