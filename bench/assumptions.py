@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.models.registry import MODELS, capture_model
-from bench.report import RESULTS_DIR, fmt_ratio, geomean, machine, machine_line, publish
+from bench.report import RESULTS_DIR, geomean, machine, machine_line, publish
 from costmodel.profile import HardwareProfile, load_profile, with_overrides
 from costmodel.provenance import assumed
 
@@ -132,13 +132,13 @@ def table(rows: list[dict[str, Any]], summary: dict[str, Any], meta: dict[str, A
     shipped = swept(profile)
     skipped = {name: not_swept(name) for name in assumed(profile) if not_swept(name)}
     lines = [f"Headline geomean speedup over the fair baseline ({models} models, `{PROFILE}`, estimates) with each "
-             f"assumed number moved, the others as shipped ({machine_line(meta)}): as shipped **{fmt_ratio(base)}**, "
-             f"range **{fmt_ratio(summary['low'])} - {fmt_ratio(summary['high'])}**. Moves it most: "
+             f"assumed number moved, the others as shipped ({machine_line(meta)}): as shipped **{base:.3f}x**, "
+             f"range **{summary['low']:.3f}x - {summary['high']:.3f}x**. Moves it most: "
              f"{', '.join(f'`{n}`' for n in summary['most_moving'][:3])}. Moved by under 0.1%: "
              f"{len(summary['unmoved'])} of {len(by_name)} swept. Regenerate with `python -m bench.assumptions`.", "",
              "| assumption | as shipped | setting -> geomean speedup |", "|---|---|---|"]
     for name in moving:
-        tried = ", ".join(f"{r['setting']}: {fmt_ratio(r['geomean_speedup'])}" for r in by_name[name])
+        tried = ", ".join(f"{r['setting']}: {r['geomean_speedup']:.3f}x" for r in by_name[name])
         lines.append(f"| `{name}` | {shipped[name]:.3g} | {tried} |")
     reasons: dict[str, list[str]] = {}
     for name, reason in skipped.items():

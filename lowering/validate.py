@@ -145,7 +145,9 @@ def validate_whole(original: dict[str, Any], optimized: dict[str, Any], fp_mode:
     return judge(original, dtypes, evaluate, Verdict("float64", dtypes), trials, seed, draws)
 
 
-Evaluate = Callable[[list[np.ndarray], list[np.ndarray | None], float], tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]]
+Outputs = list[np.ndarray]
+# (inputs in their declared types, nudge directions, nudge) -> (reference's, candidate's, nudged reference's)
+Evaluate = Callable[[list[np.ndarray], list[np.ndarray | None], float], tuple[Outputs, Outputs, Outputs]]
 
 
 def checked_runs(pair: Callable[..., tuple[list, list]]) -> Evaluate:
@@ -167,7 +169,6 @@ def checked_runs(pair: Callable[..., tuple[list, list]]) -> Evaluate:
         return [np.asarray(x) for x in refs], [np.asarray(x) for x in results], [np.asarray(x) for x in moved]
 
     return evaluate
-
 
 
 def judge(program: dict[str, Any], dtypes: list[str], evaluate: Evaluate, verdict: Verdict,
