@@ -255,8 +255,9 @@ def write_cpu_host_profile(measured: dict[str, Any], path: str | Path = PROFILES
     cache = (f"{by}: largest data cache of cpu0 in /sys/devices/system/cpu/cpu0/cache" if llc else None,
              None if llc else "an 8 MB last-level cache (sysfs did not report one)")
     fields: dict[str, dict[str, tuple[Any, str | None, str | None]]] = {  # section -> key -> (value, source, assumed)
-        "": {"min_speedup": (MIN_SPEEDUP, None, "judgement: kernel estimates run 0.75-1.06x of measured "
-                             "(bench/calibration.py p10-p90), so a smaller estimated gain may be a loss")},
+        "": {"min_speedup": (MIN_SPEEDUP, None, "judgement: kernel estimates stray from measured kernel times "
+                             "by more than 5% (bench/calibration.py, p10-p90), so a smaller estimated gain may "
+                             "be a loss")},
         "gemm": {
             "rows": (TILE, None, "16-wide register/cache block of N (see the mapping above)"),
             "cols": (TILE, None, "16-deep block of K (see the mapping above)"),
