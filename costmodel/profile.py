@@ -22,7 +22,7 @@ from pydantic import (
     model_validator,
 )
 
-from costmodel.provenance import Basis, numbers, overridden
+from costmodel.provenance import Basis, fields, overridden
 
 PROFILES_DIR = Path(__file__).parent / "profiles"
 
@@ -164,9 +164,9 @@ class HardwareProfile(_Section):
 
     @model_validator(mode="after")
     def _labels_name_numbers(self) -> HardwareProfile:
-        unknown = sorted(set(self.provenance) - set(numbers(self)))
+        unknown = sorted(set(self.provenance) - set(fields(self)))
         if unknown:
-            raise ValueError(f"provenance names no number of the profile: {', '.join(unknown)}")
+            raise ValueError(f"provenance names no field of the profile: {', '.join(unknown)}")
         return self
 
     def costs(self) -> dict[str, Any]:

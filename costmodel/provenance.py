@@ -33,20 +33,26 @@ class Basis(BaseModel):
         return self
 
 
-def numbers(profile: HardwareProfile) -> dict[str, Any]:
-    """Every number (and flag) of `profile` by dotted field, defaults included; unset optional
-    terms (None) are not numbers."""
+def fields(profile: HardwareProfile) -> dict[str, Any]:
+    """Every field of `profile` by dotted name, defaults included, with its value (None for an
+    optional term that is off)."""
     out: dict[str, Any] = {}
 
     def walk(prefix: str, node: dict[str, Any]) -> None:
         for key, value in node.items():
             if isinstance(value, dict):
                 walk(f"{prefix}{key}.", value)
-            elif isinstance(value, (int, float)) and value is not None:
+            else:
                 out[f"{prefix}{key}"] = value
 
     walk("", profile.model_dump(exclude={"provenance"}))
     return out
+
+
+def numbers(profile: HardwareProfile) -> dict[str, Any]:
+    """Every number (and flag) of `profile` by dotted field, defaults included: the fields a label
+    must cover (an optional term that is off, None, is not a number)."""
+    return {name: value for name, value in fields(profile).items() if isinstance(value, (int, float))}
 
 
 def unlabelled(profile: HardwareProfile) -> list[str]:
