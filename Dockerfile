@@ -10,6 +10,7 @@ RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 # Only what the wheel is built from (see [tool.setuptools] in pyproject.toml).
 COPY pyproject.toml README.md ./
+COPY wire ./wire
 COPY service ./service
 COPY rewrites ./rewrites
 COPY costmodel ./costmodel

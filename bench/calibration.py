@@ -26,8 +26,8 @@ from costmodel.calibrate import Probe, apply_measurement_settings, time_probes
 from costmodel.profile import load_profile
 from lowering.kernels import CONVENTIONAL, build_kernel_program
 from lowering.runnable import kernel_subprogram
-from lowering.to_jax import program_to_callable
-from service.capture import capture
+from wire.execute import program_to_callable
+from wire.capture import capture
 from service.pipeline import baseline_program, optimize
 
 RESULTS = Path(__file__).resolve().parent / "results" / "calibration.json"

@@ -33,9 +33,9 @@ from bench.timing import interleaved_medians, timed
 from costmodel.profile import load_profile
 from lowering.kernels import gemm_flops
 from lowering.precompute import split_weight_work
-from lowering.to_jax import program_to_callable
+from wire.execute import program_to_callable
 from lowering.compare import output_error
-from service.capture import capture
+from wire.capture import capture
 from service.pipeline import optimize
 
 RESULTS = RESULTS_DIR / "cpu_speed.json"

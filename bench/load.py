@@ -16,7 +16,7 @@ import numpy as np
 
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
 from bench.report import publish
-from service.capture import capture
+from wire.capture import capture
 from service.devserver import running_server
 
 REPO = Path(__file__).resolve().parents[1]

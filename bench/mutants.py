@@ -14,13 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from lowering.to_jax import typecheck
+from wire.execute import typecheck
 from lowering.compare import output_error
 from lowering.kernels import avals_of
 from lowering.validate import validate
 from lowering.validation_inputs import random_inputs
 from lowering.widen import CannotWiden, Widened, widen
-from service.wire import WireError
+from wire.format import WireError
 
 SWAPS = {"add": "sub", "sub": "add", "mul": "add", "div": "mul", "max": "min", "min": "max",
          "tanh": "logistic", "logistic": "tanh", "exp": "expm1", "expm1": "exp", "log": "log1p", "log1p": "log",

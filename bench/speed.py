@@ -35,7 +35,7 @@ import numpy as np
 
 from bench.models.encoders import STYLES, encoder
 from bench.report import RESULTS_DIR, machine, machine_line, publish, write_json
-from service.capture import capture
+from wire.capture import capture
 from service.client import optimize
 from service.devserver import running_server
 

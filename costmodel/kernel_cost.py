@@ -19,7 +19,7 @@ from costmodel.egraph_view import BodyNode, EClass, EGraphView, ENode, kernel_bo
 from costmodel.formulas import Estimate, kernel_estimate
 from costmodel.op_cost import FREE_OPS, Aval, OpCost, nbytes, op_cost
 from costmodel.profile import HardwareProfile
-from lowering.emit import LEAF_OPS, node_equation
+from costmodel.node_equation import LEAF_OPS, node_equation
 from rewrites.params import ParamsTable
 
 NODE_EPSILON_S = 1e-10  # per e-node: among equal-cost programs, prefer the one with fewer ops (above the

@@ -19,7 +19,7 @@ from costmodel.egraph_view import EClass, EGraphView, ENode, kernel_body_ops
 from costmodel.extract import Exclusive, Extraction, Requires, dag_cost, violations
 from costmodel.ilp import find_cycles
 from costmodel.kernel_cost import KERNEL_OPS
-from lowering.emit import LEAF_OPS
+from costmodel.node_equation import LEAF_OPS
 from rewrites.kernel_seeds import KernelSeed
 
 

@@ -1,7 +1,7 @@
 """Extracted e-graph selection -> wire program of standard JAX primitives, grouped by kernel.
 
-`node_equation` is the one place that knows how each term constructor maps back to a primitive and
-its params; extraction prices nodes through it too. Every chosen node is one kernel: a fused
+Each node's primitive and params come from `costmodel.node_equation` (extraction prices nodes
+through it too). Every chosen node is one kernel: a fused
 `kernel` node emits its whole body (a value it inlines is emitted again in each kernel that
 inlines it: that is the recompute extraction paid for).
 """
@@ -12,74 +12,22 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from costmodel.egraph_view import BodyNode, EClass, EGraphView, ENode, kernel_body_ops
+from costmodel.egraph_view import BodyNode, EGraphView, ENode, kernel_body_ops
+from costmodel.node_equation import node_equation
 from costmodel.op_cost import IDIOMS
 from lowering.idioms import expand
 from rewrites.params import ParamsTable
 from rewrites.terms import bits_float, float_bits
 
 
-LEAF_OPS = frozenset(["var", "lit", "flit"])  # term nodes that are values, not equations
-
-
 class ExtractionCycle(ValueError):
     """The selection is not a DAG (a bug in extraction); the pipeline falls back to the original."""
-
-
-def _ints(values) -> list[int]:
-    return [int(v) for v in values]
 
 
 @dataclass
 class EmittedProgram:
     program: dict[str, Any]
     groups: list[list[int]]  # per chosen node, in emission order: the indices of its equations
-
-
-def node_equation(node: ENode | BodyNode, eclass: EClass, table: ParamsTable) -> tuple[str, dict[str, Any]]:
-    """(primitive name, wire params) of a term or body node that is an equation (not var/lit/arg)."""
-    a = node.attrs
-    match node.op:
-        case "unary" | "binary":
-            return a[0], table.get(a[1])
-        case "select":
-            return "select_n", {}
-        case "dot":
-            return "dot_general", {"dimension_numbers": [[_ints(a[0]), _ints(a[1])], [_ints(a[2]), _ints(a[3])]],
-                                   **table.get(a[4])}
-        case "transpose":
-            return "transpose", {"permutation": _ints(a[0])}
-        case "reshape":
-            return "reshape", {"new_sizes": _ints(a[0]), **table.get(a[1])}
-        case "broadcast":
-            return "broadcast_in_dim", {"shape": _ints(a[0]), "broadcast_dimensions": _ints(a[1]), **table.get(a[2])}
-        case "reduce":
-            return a[0], {"axes": _ints(a[1]), **table.get(a[2])}
-        case "convert":
-            return "convert_element_type", {"new_dtype": {"dtype": a[0]}, **table.get(a[1])}
-        case "concat":
-            return "concatenate", {"dimension": int(a[0])}
-        case "slice":
-            return "slice", {"start_indices": _ints(a[0]), "limit_indices": _ints(a[1]),
-                             "strides": _ints(a[2]) or None}
-        case "squeeze":
-            return "squeeze", {"dimensions": _ints(a[0])}
-        case "expand_dims":
-            kept = [d for d in range(len(eclass.shape)) if d not in set(a[0])]
-            return "broadcast_in_dim", {"shape": list(eclass.shape), "broadcast_dimensions": kept,
-                                        "sharding": None}
-        case "integer_pow":
-            return "integer_pow", {"y": int(a[0])}
-        case "conv":
-            return "conv_general_dilated", table.get(a[2])
-        case "opaque":
-            entry = table.get(a[1])
-            return entry["primitive"], entry["params"]
-        case "softmax" | "layer_norm" | "attention":
-            return node.op, {}
-        case "gelu":
-            return "gelu", {"approximate": bool(a[0])}
-    raise ValueError(f"term {node.op} is not an equation")
 
 
 def wire_literal(bits: int, dtype: str) -> dict[str, Any]:

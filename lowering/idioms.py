@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from service.capture import inline_calls, jaxpr_to_wire
+from wire.capture import inline_calls, jaxpr_to_wire
 
 _BATCHED = (((3,), (2,)), ((0, 1), (0, 1)))  # [batch, heads, m, k] @ [batch, heads, k, n]
 

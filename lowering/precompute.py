@@ -14,7 +14,7 @@ from typing import Any
 import jax
 
 from lowering.kernels import static_names
-from lowering.to_jax import program_to_callable
+from wire.execute import program_to_callable
 
 
 def split_weight_work(program: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

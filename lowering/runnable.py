@@ -8,7 +8,7 @@ from typing import Any
 import jax
 
 from lowering.kernels import Kernel, avals_of
-from lowering.to_jax import program_to_callable
+from wire.execute import program_to_callable
 
 
 def kernel_subprogram(program: dict[str, Any], kernel: Kernel) -> dict[str, Any]:

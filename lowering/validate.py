@@ -35,7 +35,7 @@ from lowering.compare import bit_identical, informative, output_error, tolerance
 from lowering.observability import change_shows
 from lowering.kernels import output_avals
 from lowering.regions import Region, RegionPlan, check_key, cone, find_regions
-from lowering.to_jax import program_to_callable
+from wire.execute import program_to_callable
 from lowering.validation_inputs import TRIALS, InputDraws, nudged, nudges, random_inputs
 from lowering.widen import CannotWiden, float64_callable, widen
 

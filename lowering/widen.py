@@ -9,8 +9,8 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-from lowering.to_jax import program_to_callable
-from service.wire import ConstSpec, decode_array, encode_array
+from wire.execute import program_to_callable
+from wire.format import ConstSpec, decode_array, encode_array
 
 WIDE = {"float16": "float64", "bfloat16": "float64", "float32": "float64", "complex64": "complex128"}
 

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from costmodel.profile import (HardwareProfile, ProfileError, list_profiles, load_profile, profile_from_dict,
                                with_overrides)
 from service.options import OptimizeOptions
-from service.wire import FORMAT, WireError, WireProgram
+from wire.format import FORMAT, WireError, WireProgram
 
 
 class OptimizeRequest(BaseModel):

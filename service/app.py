@@ -28,7 +28,7 @@ from service.limits import check_tensor_elements
 from service.settings import Settings, get_settings
 from service.sweep import SweepError, sweep
 from service.translation_validation import ValidateRequest, ValidateResponse, validate_programs
-from service.wire import FORMAT, WireError, WireProgram
+from wire.format import FORMAT, WireError, WireProgram
 from service.workers import QueueFull, WorkerDied, WorkerPool
 
 

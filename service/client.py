@@ -14,10 +14,10 @@ import httpx
 import jax
 
 from lowering.precompute import PrecomputedProgram
-from lowering.to_jax import program_to_callable
+from wire.execute import program_to_callable
 from service.api_models import (OptimizeResponse, count_equations, error_status,
                                 resolve_hardware)
-from service.capture import capture, capture_with_trees
+from wire.capture import capture, capture_with_trees
 from service.settings import get_settings
 
 DEFAULT_HARDWARE = "optu-v1"

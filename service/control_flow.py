@@ -7,8 +7,8 @@ import copy
 from typing import Any, Callable, Iterator
 
 from lowering.kernels import avals_of, output_avals
-from lowering.to_jax import typecheck
-from service.wire import WireError
+from wire.execute import typecheck
+from wire.format import WireError
 
 # A body's optimized program replaces the original only when its own validation says so.
 # "skipped": the request turned validation off, for its loop bodies as for the whole program.

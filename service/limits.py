@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterator
 
-from service.wire import WireError
+from wire.format import WireError
 
 
 def _tensors(program: dict[str, Any], where: str = "",

@@ -8,7 +8,7 @@ import math
 from itertools import count
 from typing import Any, Iterator
 
-from service.wire import parse_dtype
+from wire.format import parse_dtype
 
 # Primitives known to be pure and deterministic. Anything else (effects, randomness, callbacks,
 # optimization_barrier, nested control flow, unknown or opaque ops) stays where it was written.

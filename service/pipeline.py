@@ -16,7 +16,7 @@ from costmodel.extract import Extraction
 from costmodel.profile import HardwareProfile, load_profile, profile_from_dict
 from lowering.kernels import CONVENTIONAL, NAIVE, POLICIES, KernelProgram, build_kernel_program, lower_bound
 from lowering.listing import kernel_listing
-from lowering.to_jax import typecheck
+from wire.execute import typecheck
 from lowering.validate import validate, validate_pieces
 from service.background_validation import BackgroundValidation
 from service.control_flow import nested_program_count, optimize_nested

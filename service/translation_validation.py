@@ -8,9 +8,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from lowering.kernels import output_avals
-from lowering.to_jax import typecheck
+from wire.execute import typecheck
 from lowering.validate import validate
-from service.wire import WireError, WireProgram
+from wire.format import WireError, WireProgram
 
 EXIT_CODES = {"passed": 0, "identical": 0, "failed": 1, "inconclusive": 2}  # `optu validate`
 

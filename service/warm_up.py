@@ -6,7 +6,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from service.capture import capture
+from wire.capture import capture
 
 
 def _tiny_layer(x, wq, wk, wv, w1, w2, a, b):

@@ -6,7 +6,7 @@ from typing import Callable
 
 from bench.models import large, zoo
 from bench.models.large import Workload
-from service.capture import capture
+from wire.capture import capture
 
 SMALL: tuple[str, ...] = tuple(zoo.ZOO)
 LARGE: tuple[str, ...] = tuple(large.LARGE)

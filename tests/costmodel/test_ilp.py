@@ -221,7 +221,7 @@ def test_ilp_on_a_real_qkv_egraph():
     from costmodel.profile import load_profile
     from rewrites.ingest import ingest
     from rewrites.schedule import SCHEDULES, Budget, saturate
-    from service.capture import capture
+    from wire.capture import capture
     from costmodel.kernel_cost import NodeCoster, static_classes
 
     x, w = jnp.zeros((64, 96), jnp.float32), jnp.zeros((96, 40), jnp.float32)

@@ -8,7 +8,7 @@ import numpy as np
 
 from costmodel.profile import load_profile, with_overrides
 from lowering.kernels import CONVENTIONAL, NAIVE, SIBLINGS, VERTICAL, FusionPolicy, build_kernel_program
-from service.capture import capture
+from wire.capture import capture
 
 PROFILE = load_profile("optu-v1")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
-from service.capture import capture
+from wire.capture import capture
 from service.pipeline import optimize
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -8,9 +8,9 @@ import pytest
 
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
 from lowering.runnable import KernelRunner
-from lowering.to_jax import program_to_callable
+from wire.execute import program_to_callable
 from lowering.compare import output_error, tolerance_for
-from service.capture import capture
+from wire.capture import capture
 from service.pipeline import optimize
 
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lowering.to_jax import primitive_table, program_to_callable, typecheck
-from service.wire import WireError, encode_array
+from wire.execute import primitive_table, program_to_callable, typecheck
+from wire.format import WireError, encode_array
 
 
 def _program() -> dict:
@@ -167,7 +167,7 @@ def test_garbage_equations_only_raise_wire_errors(eqns, keep):
 @pytest.mark.parametrize("bad", [True, 0, "HIGHEST", [1, 2]])
 def test_ill_typed_precision_is_rejected_before_it_reaches_xla(bad):
     # precision=true once passed type-checking and then aborted the process inside XLA.
-    from service.capture import capture
+    from wire.capture import capture
 
     program = capture(lambda a, b: a @ b, np.ones((2, 3), np.float32), np.ones((3, 4), np.float32))
     broken = copy.deepcopy(program)

@@ -11,7 +11,7 @@ import numpy as np
 from lowering.compare import bit_identical, output_error
 from lowering.validate import validate, validate_whole
 from lowering.validation_inputs import random_inputs
-from service.capture import capture
+from wire.capture import capture
 
 
 def _program():

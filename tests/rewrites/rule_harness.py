@@ -13,15 +13,16 @@ from egglog import EGraph, Ruleset, ruleset, set_, union
 from hypothesis import strategies as st
 
 from costmodel.egraph_view import EClass, EGraphView, view_egraph
-from lowering.emit import LEAF_OPS, node_equation, wire_literal
-from lowering.to_jax import program_to_callable, typecheck
+from costmodel.node_equation import LEAF_OPS, node_equation
+from lowering.emit import wire_literal
+from wire.execute import program_to_callable, typecheck
 from rewrites.ingest import LoadedProgram, ingest
 from rewrites.registry import Family, FpMode
 from rewrites.schedule import Budget, SaturationReport, Schedule, saturate
 from rewrites.terms import Term, dtype, float_bits, ivec, output, shape
-from service.capture import capture
+from wire.capture import capture
 from service.pipeline import optimize
-from service.wire import WireError
+from wire.format import WireError
 
 # Verdicts that let a result be used: checked and found equal, or the same computation (nothing run).
 VALIDATED = ("passed", "identical")

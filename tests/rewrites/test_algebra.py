@@ -23,7 +23,7 @@ from rule_harness import (
 )
 
 from rewrites.algebra import ALGEBRA
-from service.capture import capture
+from wire.capture import capture
 from service.pipeline import optimize
 
 

@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from service.capture import capture
+from wire.capture import capture
 from service.pipeline import optimize
 from rule_harness import VALIDATED
 

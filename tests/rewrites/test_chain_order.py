@@ -19,7 +19,7 @@ from lowering.validate import validate
 from rewrites.chain_order import cheapest_order, find_chains, orders_every_matmul, seed_chain_orders
 from rewrites.ingest import ingest
 from rewrites.schedule import NO_RULES, Budget, saturate
-from service.capture import capture
+from wire.capture import capture
 from service.pipeline import optimize
 from rule_harness import VALIDATED
 

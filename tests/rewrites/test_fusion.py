@@ -20,7 +20,7 @@ from lowering.kernels import build_kernel_program
 from lowering.validate import validate
 from rewrites.ingest import ingest
 from rewrites.schedule import FUSION_ONLY, Budget, saturate
-from service.capture import capture
+from wire.capture import capture
 from rule_harness import VALIDATED
 
 PROFILE = load_profile("optu-v1")

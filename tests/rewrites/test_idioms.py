@@ -13,7 +13,7 @@ from jax import lax
 from rule_harness import check_rule_numerics, optimized_matches, random_args, saturate_fn, seeds, shapes
 
 from lowering.idioms import expand, reference
-from lowering.to_jax import program_to_callable
+from wire.execute import program_to_callable
 from rewrites.idioms import IDIOMS
 from rewrites.layout import LAYOUT
 

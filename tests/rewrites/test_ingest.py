@@ -21,12 +21,12 @@ from costmodel.kernel_cost import NodeCoster
 from costmodel.profile import load_profile
 from lowering.emit import emit_program
 from lowering.kernels import NAIVE, build_kernel_program
-from lowering.to_jax import program_to_callable, typecheck
+from wire.execute import program_to_callable, typecheck
 from rewrites.ingest import ingest
 from rewrites.schedule import NO_RULES, Budget, saturate
 from rewrites.terms import Term
-from service.capture import capture
-from service.wire_params import strip_none_defaults
+from wire.capture import capture
+from wire.params import strip_none_defaults
 
 rng = np.random.default_rng(0)
 F = lambda *s: rng.standard_normal(s).astype(np.float32)

@@ -20,7 +20,7 @@ from lowering.validate import validate
 from rewrites.ingest import ingest
 from rewrites.kernel_seeds import seed_kernels
 from rewrites.schedule import FUSION_ONLY, Budget, saturate
-from service.capture import capture
+from wire.capture import capture
 from service.pipeline import optimize
 from rule_harness import VALIDATED
 

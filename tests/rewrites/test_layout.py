@@ -34,7 +34,7 @@ from rewrites.layout import LAYOUT
 from rewrites.matmul import MATMUL
 from rewrites.registry import Family
 from rewrites.terms import Term, ivec
-from service.capture import capture
+from wire.capture import capture
 from service.pipeline import optimize
 
 MAX_RANK = 6

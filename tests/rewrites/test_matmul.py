@@ -28,7 +28,7 @@ from rule_harness import (
 
 from rewrites.layout import LAYOUT
 from rewrites.matmul import MATMUL
-from service.capture import capture
+from wire.capture import capture
 from service.pipeline import optimize
 
 chain = st.tuples(dims(), dims(), dims(), dims()).map(lambda d: ([d[:2], d[1:3], d[2:]], {}))

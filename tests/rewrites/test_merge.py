@@ -28,7 +28,7 @@ from rule_harness import (
 
 from rewrites.merge import MERGE
 from rewrites.schedule import Budget
-from service.capture import capture
+from wire.capture import capture
 from service.pipeline import optimize
 
 

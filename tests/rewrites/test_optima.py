@@ -10,7 +10,7 @@ import pytest
 from costmodel.kernel_cost import NODE_EPSILON_S, fused_estimate
 from costmodel.op_cost import nbytes, op_cost
 from costmodel.profile import load_profile
-from service.capture import capture
+from wire.capture import capture
 from service.pipeline import optimize
 from rule_harness import VALIDATED
 

@@ -12,7 +12,7 @@ from rewrites.layout import LAYOUT
 from rewrites.matmul import MATMUL
 from rewrites.merge import MERGE
 from rewrites.schedule import ALL_FAMILIES, NO_RULES, SCHEDULES, Budget, saturate, term_enodes
-from service.capture import capture
+from wire.capture import capture
 from service.pipeline import optimize
 
 FAMILY_RULES = {n for f in (ALGEBRA, LAYOUT, MATMUL, MERGE) for n in f.names}

@@ -13,7 +13,7 @@ from bench.models.zoo import ZOO
 from costmodel.egraph_view import view_egraph
 from rewrites.ingest import ingest
 from rewrites.schedule import SCHEDULES, Budget, saturate
-from service.capture import capture
+from wire.capture import capture
 from service.pipeline import optimize
 from rule_harness import VALIDATED
 

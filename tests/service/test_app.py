@@ -17,7 +17,7 @@ from costmodel.profile import list_profiles
 from service import pipeline
 from service.api_models import OptimizeRequest
 from service.app import create_app
-from service.capture import capture
+from wire.capture import capture
 from service.settings import Settings
 
 

@@ -21,7 +21,7 @@ from wire_examples import MATMUL_SCALE as PROGRAM
 from bench.models.zoo import ZOO
 from service.app import create_app
 from service.cache import RedisCache, ResultCache, SQLiteCache, canonical_request_id
-from service.capture import capture
+from wire.capture import capture
 from service.devserver import free_port
 from service.settings import Settings
 

@@ -11,9 +11,9 @@ import pytest
 from jax import lax
 
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
-from lowering.to_jax import program_to_callable, typecheck
-from service.capture import capture, capture_with_trees
-from service.wire import WireProgram
+from wire.execute import program_to_callable, typecheck
+from wire.capture import capture, capture_with_trees
+from wire.format import WireProgram
 
 _RNG_KINDS = {
     "f": lambda r: r.standard_normal((4, 8)).astype(np.float32),

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
-from service.capture import capture
+from wire.capture import capture
 from service.client import OptimizeError, jit, optimize
 from wire_examples import VALIDATED
 
@@ -188,7 +188,7 @@ def test_jit_on_error_raise_raises():
 def test_cli_optimize_prints_a_summary_or_the_whole_response(tmp_path, capsys, server_url):
     import json
 
-    from service.capture import capture
+    from wire.capture import capture
     from service.cli import main
 
     fn, args = ZOO["matmul_chain"]()

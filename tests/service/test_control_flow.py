@@ -11,8 +11,8 @@ import pytest
 from jax import lax
 
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
-from lowering.to_jax import program_to_callable
-from service.capture import capture
+from wire.execute import program_to_callable
+from wire.capture import capture
 from service.control_flow import optimize_nested
 from service.pipeline import optimize
 from wire_examples import VALIDATED

@@ -8,7 +8,7 @@ import numpy as np
 from jax import lax
 
 from service import pipeline
-from service.capture import capture
+from wire.capture import capture
 
 RNG = np.random.default_rng(3)
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from jax import lax
 
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
-from service.capture import capture
+from wire.capture import capture
 from service.pipeline import optimize
 
 PROFILES = ["optu-v1", "gpu-roofline", "cpu-host"]

@@ -11,9 +11,9 @@ import pytest
 from bench.models.large import bert_encoder
 from costmodel.profile import load_profile, with_overrides
 from lowering.kernels import build_kernel_program
-from lowering.to_jax import program_to_callable
+from wire.execute import program_to_callable
 from service import partition
-from service.capture import capture
+from wire.capture import capture
 from service.options import OptimizeOptions
 from service.partition import find_pieces, search_pieces
 from service.pipeline import optimize

@@ -13,10 +13,10 @@ import pytest
 
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
 from costmodel.profile import load_profile, with_overrides
-from lowering.to_jax import program_to_callable
-from service.capture import capture
+from wire.execute import program_to_callable
+from wire.capture import capture
 from service.pipeline import optimize
-from service.wire import WireError
+from wire.format import WireError
 from wire_examples import VALIDATED
 
 

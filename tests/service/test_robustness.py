@@ -12,7 +12,7 @@ import pytest
 from wire_examples import MATMUL_SCALE as TINY
 
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
-from service.capture import capture
+from wire.capture import capture
 from service.devserver import running_server
 from wire_examples import VALIDATED
 

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 from costmodel.profile import ProfileError
 from service.app import create_app
-from service.capture import capture
+from wire.capture import capture
 from service.cli import main
 from service.sweep import MAX_POINTS, sweep
 

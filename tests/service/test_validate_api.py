@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from service.capture import capture
+from wire.capture import capture
 from service.cli import main
 from service.client import OptimizeError, validate, validate_programs
 

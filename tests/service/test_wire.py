@@ -12,7 +12,7 @@ import pytest
 from jax import lax
 from pydantic import ValidationError
 
-from service.wire import (
+from wire.format import (
     ConstSpec,
     WireEqn,
     WireError,
@@ -23,7 +23,7 @@ from service.wire import (
     encode_literal,
     literal_value,
 )
-from service.wire_params import decode_params, encode_params
+from wire.params import decode_params, encode_params
 
 
 def test_eqn_in_field_uses_json_alias_and_accepts_python_name():

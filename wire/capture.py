@@ -9,8 +9,8 @@ import jax
 import jax.extend.core as jex
 import numpy as np
 
-from service.wire import WireError, WireProgram, encode_array, encode_literal
-from service.wire_params import encode_params
+from wire.format import WireError, WireProgram, encode_array, encode_literal
+from wire.params import encode_params
 
 # Wrapper primitives whose body is spliced into the caller, and the param holding that body.
 _INLINE = {

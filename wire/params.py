@@ -11,7 +11,7 @@ import numpy as np
 from jax import lax
 import jax.extend.core as jex
 
-from service.wire import WireError, parse_dtype
+from wire.format import WireError, parse_dtype
 
 # Enum and struct classes a client may name; never resolve a client-sent name any other way.
 ENUMS: dict[str, type[enum.Enum]] = {
@@ -104,7 +104,7 @@ def _encode(v: Any, prim: str, key: str) -> Any:
     if isinstance(v, np.dtype) or (isinstance(v, type) and issubclass(v, np.generic)):
         return {"dtype": np.dtype(v).name}
     if isinstance(v, (jex.ClosedJaxpr, jex.Jaxpr)):
-        from service.capture import jaxpr_to_wire  # capture imports this module
+        from wire.capture import jaxpr_to_wire  # capture imports this module
 
         closed = v if isinstance(v, jex.ClosedJaxpr) else jex.ClosedJaxpr(v, ())
         out = {"program": jaxpr_to_wire(closed)}
@@ -158,7 +158,7 @@ def _decode(v: Any, prim: str, key: str) -> Any:
 def _decode_program(prog: Any, open_: bool, prim: str, key: str) -> jex.ClosedJaxpr | jex.Jaxpr:
     import jax
 
-    from lowering.to_jax import program_to_callable, typecheck  # to_jax imports this module
+    from wire.execute import program_to_callable, typecheck  # to_jax imports this module
 
     typecheck(prog)
     fn = program_to_callable(prog)

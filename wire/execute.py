@@ -12,9 +12,9 @@ import numpy as np
 from jax import lax
 from pydantic import ValidationError
 
-from service.wire import (FORMAT, WireError, WireLiteral, WireProgram, decode_array,
+from wire.format import (FORMAT, WireError, WireLiteral, WireProgram, decode_array,
                           literal_value, parse_dtype)
-from service.wire_params import decode_params
+from wire.params import decode_params
 
 
 @functools.cache
