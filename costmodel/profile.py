@@ -25,6 +25,7 @@ from pydantic import (
 from costmodel.provenance import Basis, fields, overridden
 
 PROFILES_DIR = Path(__file__).parent / "profiles"
+DEFAULT_PROFILE = "optu-v1"  # the target a request that names none is priced on
 
 # Rates, sizes and clocks must be strictly positive (they divide); energies and latencies may be 0
 # so a profile can switch a term off (e.g. a host with no laser), but never go negative.

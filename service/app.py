@@ -25,7 +25,7 @@ from service.api_models import (HardwareSummary, OptimizeRequest, OptimizeRespon
 from service.auth import require_token
 from service.cache import ResultCache, canonical_request_id
 from service.limits import check_tensor_elements
-from service.settings import Settings, get_settings
+from service.settings import Settings, get_settings, request_options
 from service.sweep import SweepError, sweep
 from service.translation_validation import ValidateRequest, ValidateResponse, validate_programs
 from wire.format import FORMAT, WireError, WireProgram
@@ -192,13 +192,14 @@ def _add_routes(app: FastAPI) -> None:
         # cache I/O, in-process optimization) go to threads so /healthz stays responsive.
         program = await run_in_threadpool(_program_within_limits, body.program, settings)
         hardware = resolve_hardware(body.hardware, settings.default_hardware)
-        key = await run_in_threadpool(canonical_request_id, program, hardware, body.options)
+        options = request_options(body.options, settings)
+        key = await run_in_threadpool(canonical_request_id, program, hardware, options)
         if (hit := await run_in_threadpool(app.state.cache.get, key)) is not None:
             return hit  # answered without computing
         if app.state.pool is None:
-            result = await run_in_threadpool(pipeline.optimize, program, hardware, body.options)
+            result = await run_in_threadpool(pipeline.optimize, program, hardware, options)
         else:
-            result = await app.state.pool.submit(program, hardware, body.options)
+            result = await app.state.pool.submit(program, hardware, options)
         return await run_in_threadpool(app.state.cache.put, key, result)
 
     @app.post("/v1/sweep", response_model=SweepResponse, tags=["optimize"],
@@ -210,7 +211,7 @@ def _add_routes(app: FastAPI) -> None:
         program = _program_within_limits(body.program, settings)
         hardware = resolve_hardware(body.hardware, settings.default_hardware)
         try:
-            return sweep(program, hardware, body.params, body.options)
+            return sweep(program, hardware, body.params, request_options(body.options, settings))
         except SweepError as exc:  # a ProfileError too, but the field lives in params, not hardware
             raise HTTPException(422, {"field": exc.field, "message": str(exc)}) from None
 

@@ -18,7 +18,7 @@ from wire.execute import program_to_callable
 from service.api_models import (OptimizeResponse, count_equations, error_status,
                                 resolve_hardware)
 from wire.capture import capture, capture_with_trees
-from service.settings import get_settings
+from service.settings import get_settings, request_options
 
 DEFAULT_HARDWARE = "optu-v1"
 # What `jit` does when optimizing a signature goes wrong: "fallback" runs plain jax.jit (with a
@@ -86,7 +86,7 @@ def optimize_program(program: dict[str, Any], *, server: str | None = None,
         raise OptimizeError(f"optimize failed (422): {detail}", status=422, detail=detail)
     with _client_errors("optimize"):
         resolved = resolve_hardware(body["hardware"], settings.default_hardware)
-        raw = pipeline.optimize(body["program"], resolved, body["options"])
+        raw = pipeline.optimize(body["program"], resolved, request_options(body["options"], settings))
     # The same serialisation the server applies to its response model (non-finite floats -> null).
     return json.loads(OptimizeResponse.model_validate(raw).model_dump_json())
 

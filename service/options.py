@@ -5,6 +5,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# What the optimizer uses where a request leaves a limit unset; a server may set its own defaults
+# and caps (service/settings.py) and passes the options it resolved.
+DEFAULT_TIME_LIMIT_S = 10.0
+DEFAULT_NODE_LIMIT = 50_000
+
 
 class OptimizeOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")

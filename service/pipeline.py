@@ -13,7 +13,7 @@ from contextlib import nullcontext
 from typing import Any
 
 from costmodel.extract import Extraction
-from costmodel.profile import HardwareProfile, load_profile, profile_from_dict
+from costmodel.profile import DEFAULT_PROFILE, HardwareProfile, load_profile, profile_from_dict
 from lowering.kernels import CONVENTIONAL, NAIVE, POLICIES, KernelProgram, build_kernel_program, lower_bound
 from lowering.listing import kernel_listing
 from wire.execute import typecheck
@@ -25,7 +25,6 @@ from service.loop_invariants import tidy_loops
 from service.options import OptimizeOptions
 from service.partition import find_pieces, search_pieces
 from service.search import Search, budget, search, stage
-from service.settings import get_settings
 
 VERSION = "0.1.0"
 
@@ -35,7 +34,7 @@ def resolve_profile(hardware: str | dict | HardwareProfile | None) -> HardwarePr
         return hardware
     if isinstance(hardware, dict):
         return profile_from_dict(hardware, source="request hardware")
-    return load_profile(hardware or get_settings().default_hardware)
+    return load_profile(hardware or DEFAULT_PROFILE)
 
 
 def request_id(program: dict, profile: HardwareProfile, options: OptimizeOptions) -> str:

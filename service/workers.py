@@ -28,7 +28,7 @@ from lowering.listing import kernel_listing
 from lowering.validate import identical
 from service import pipeline
 from service.options import OptimizeOptions
-from service.settings import Settings
+from service.settings import Settings, request_options
 from service.warm_up import warm_up
 
 log = logging.getLogger(__name__)
@@ -52,12 +52,6 @@ class WorkerDied(Exception):
     retry_after_s = 1
 
 
-def _settings_env(settings: Settings) -> dict[str, str]:
-    """The parent's settings as OPTU_* variables, so `get_settings()` inside a worker agrees with
-    the Settings object the app was created with (not just with the parent's environment)."""
-    return {f"OPTU_{k.upper()}": str(v) for k, v in settings.model_dump().items() if v is not None}
-
-
 def _portable(exc: Exception) -> Exception:
     """The exception itself if it survives pickling (WireError etc. keep their fields through
     __dict__), else a RuntimeError carrying its text, so the parent can always re-raise something."""
@@ -68,14 +62,11 @@ def _portable(exc: Exception) -> Exception:
         return RuntimeError(f"{type(exc).__name__}: {exc}")
 
 
-def _worker_main(conn, env: dict[str, str]) -> None:
-    """Entry point of a worker process: serve jobs from `conn` until None or the pipe closes."""
+def _worker_main(conn) -> None:
+    """Entry point of a worker process: serve jobs from `conn` until None or the pipe closes. A job
+    carries everything the pipeline needs (options resolved by the app): workers read no settings."""
     # Ctrl-C in a terminal reaches the whole process group; the parent decides when workers stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    os.environ.update(env)
-    from service.settings import get_settings
-
-    get_settings.cache_clear()
     import jax
 
     jax.default_backend()  # initialise the backend now, not inside the first request's deadline
@@ -101,10 +92,10 @@ def _worker_main(conn, env: dict[str, str]) -> None:
 class _Worker:
     """One worker process and the parent's end of its pipe."""
 
-    def __init__(self, ctx, env: dict[str, str]):
+    def __init__(self, ctx):
         self.conn, child = ctx.Pipe()
         # daemon: multiprocessing kills the worker if the server exits without calling stop()
-        self.process = ctx.Process(target=_worker_main, args=(child, env), name="optu-worker", daemon=True)
+        self.process = ctx.Process(target=_worker_main, args=(child,), name="optu-worker", daemon=True)
         self.process.start()
         child.close()  # only the worker holds it now, so its death shows up as EOF here
 
@@ -147,8 +138,7 @@ class _Worker:
 
 def request_deadline_s(options: OptimizeOptions, settings: Settings) -> float:
     """Seconds a worker may spend on a request: its time limit (default and cap applied) + grace."""
-    limit = min(options.time_limit_s or settings.default_time_limit_s, settings.max_time_limit_s)
-    return limit + settings.deadline_grace_s
+    return request_options(options, settings).time_limit_s + settings.deadline_grace_s
 
 
 def unoptimized_response(program: dict[str, Any], hardware: str | dict | HardwareProfile | None,
@@ -190,7 +180,6 @@ class WorkerPool:
         self.settings = settings
         self.restarts = 0  # workers replaced after a deadline kill or an unexpected death
         self._ctx = multiprocessing.get_context("spawn")
-        self._env = _settings_env(settings)
         # One thread per in-flight exchange and per worker being started: never more than this.
         self._threads = ThreadPoolExecutor(max_workers=2 * settings.workers, thread_name_prefix="optu-pool")
         self._idle: asyncio.Queue[_Worker] | None = None
@@ -237,7 +226,7 @@ class WorkerPool:
         loop = asyncio.get_running_loop()
         while not self._stopping:
             try:
-                worker = await loop.run_in_executor(self._threads, _Worker, self._ctx, self._env)
+                worker = await loop.run_in_executor(self._threads, _Worker, self._ctx)
             except Exception:  # e.g. out of processes; keep trying, readiness reports the gap
                 log.exception("could not start a worker process; retrying")
                 await asyncio.sleep(RESPAWN_BACKOFF_S)

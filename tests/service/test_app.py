@@ -2,8 +2,10 @@
 health endpoints, and the OpenAPI contract."""
 from __future__ import annotations
 
+import ast
 import copy
 import json
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -17,8 +19,8 @@ from costmodel.profile import list_profiles
 from service import pipeline
 from service.api_models import OptimizeRequest
 from service.app import create_app
-from wire.capture import capture
 from service.settings import Settings
+from wire.capture import capture
 
 
 @pytest.fixture(scope="module")
@@ -274,3 +276,22 @@ def test_hardware_overrides_change_the_estimate_and_unknown_fields_are_named(cli
     assert slow.json()["estimate"]["optimized"]["time_s"] > 10 * default["estimate"]["optimized"]["time_s"]
     bad = client.post("/v1/optimize", json={"program": program, "hardware": {"overrides": {"gemm.nope": 1}}})
     assert bad.status_code == 422 and "gemm.nope" in json.dumps(bad.json())
+
+
+def test_the_apps_own_limits_reach_the_optimizer(tmp_path):
+    """The app passes its settings' defaults and caps in the options; nothing below reads them."""
+    strict = TestClient(create_app(Settings(workers=0, cache_dir=str(tmp_path), max_iter_limit=1,
+                                            default_time_limit_s=7.0)))
+    fn, args = ZOO["rnn_unrolled"]()  # saturates in 9 iterations when let
+    r = strict.post("/v1/optimize", json={"program": capture(fn, *args), "options": {"iter_limit": 50}})
+    assert r.status_code == 200, r.text
+    assert r.json()["report"]["egraph"]["iterations"] == 1
+
+
+def test_only_the_app_the_client_and_the_cli_read_process_settings():
+    readers = set()
+    for path in Path(pipeline.__file__).parent.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        if any(isinstance(n, ast.Name) and n.id == "get_settings" for n in ast.walk(tree)):
+            readers.add(path.name)
+    assert readers <= {"app.py", "client.py", "cli.py", "settings.py"}, readers
