@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import random
-import time
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
@@ -182,13 +181,10 @@ def _random_view(rng: random.Random, n_classes: int) -> tuple[EGraphView, dict[s
     return _view(nodes, [f"c{i}" for i in range(10)]), table
 
 
-def test_time_limit_is_respected_on_a_big_egraph():
+def test_a_time_limited_ilp_on_a_big_egraph_returns_a_valid_choice_no_worse_than_greedy():
     view, table = _random_view(random.Random(1), 2000)  # ~4k e-nodes; not solvable in 0.5 s
     greedy = extract_greedy_dag(view, _cost(table))
-    start = time.perf_counter()
-    result = extract_ilp(view, _cost(table), warm_start=greedy, time_limit_s=0.5)
-    elapsed = time.perf_counter() - start
-    assert elapsed < 2.0
+    result = extract_ilp(view, _cost(table), warm_start=greedy, time_limit_s=0.5)  # how long: bench/time_limits
     assert result.cost <= greedy.cost + 1e-9
     assert result.status in ("optimal", "time_limit")
     _assert_valid(view, result, table)

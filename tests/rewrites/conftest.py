@@ -1,12 +1,6 @@
-"""Makes `rule_harness` importable from the rule tests beside it, and checks that no test leaves
-64-bit mode switched on for the tests after it."""
-import pathlib
-import sys
-
+"""Checks that no rule test leaves 64-bit mode switched on for the tests after it."""
 import jax
 import pytest
-
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
 
 
 @pytest.fixture(autouse=True)

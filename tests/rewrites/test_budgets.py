@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import functools
 import operator
-import time
 
 import numpy as np
 import pytest
@@ -22,13 +21,11 @@ SUM = capture(lambda *xs: functools.reduce(operator.add, xs), *TERMS)  # 199 cha
     ({"time_limit_s": 0.5}, {"time_limit", "saturated", "iter_limit"}),
 ])
 def test_two_hundred_term_sum_stops_at_its_budget_and_is_validated(options, reasons):
-    start = time.perf_counter()
     response = optimize(SUM, options=options)
     egraph = response["report"]["egraph"]
     assert egraph["stop_reason"] in reasons
     assert response["validation"]["status"] in VALIDATED
     assert response["estimate"]["optimized"]["time_s"] <= response["estimate"]["baseline"]["time_s"]
-    assert time.perf_counter() - start < 60  # generous: a runaway saturation would take hours
 
 
 def test_commutativity_is_throttled_not_unbounded():
