@@ -16,8 +16,7 @@ from costmodel.extract import Extraction
 from costmodel.profile import DEFAULT_PROFILE, HardwareProfile, load_profile, profile_from_dict
 from lowering.kernels import CONVENTIONAL, NAIVE, POLICIES, KernelProgram, build_kernel_program, lower_bound
 from lowering.listing import kernel_listing
-from wire.execute import typecheck
-from lowering.validate import validate, validate_pieces
+from lowering.validate import identical, validate, validate_pieces
 from service.background_validation import BackgroundValidation
 from service.control_flow import nested_program_count, optimize_nested
 from service.loop_hoist import hoist_scan_projections
@@ -25,6 +24,7 @@ from service.loop_invariants import tidy_loops
 from service.options import OptimizeOptions
 from service.partition import find_pieces, search_pieces
 from service.search import Search, budget, search, stage
+from wire.execute import typecheck
 
 VERSION = "0.1.0"
 
@@ -92,17 +92,37 @@ def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | N
                 notes.append("validation failed; returning the original program (rules fired: "
                              + ", ".join(found.saturation.rules_fired) + ")")
                 candidate, lowered = program, build_kernel_program(program, profile, CONVENTIONAL)
-    return {
-        "id": identity,
-        "program": candidate,
-        "kernels": [k.to_dict() for k in lowered.kernels],
-        "precompute_kernels": [k.to_dict() for k in lowered.precompute],
-        "listing": kernel_listing(lowered, profile.name),
-        "estimate": _estimates(profile, naive, baseline, lowered, [program, candidate]),
-        "validation": validation,
-        "report": _report(found, fusion_report, timings, notes, control_flow, program, candidate),
-        "cache": "miss",
-    }
+    return _response(identity, profile, candidate, lowered, _estimates(profile, naive, baseline, lowered,
+                                                                       [program, candidate]),
+                     validation, _report(found, fusion_report, timings, notes, control_flow, program, candidate))
+
+
+def original_response(program: dict[str, Any], hardware: str | dict | HardwareProfile | None,
+                      options: OptimizeOptions, note: str) -> dict[str, Any]:
+    """The response returning `program` unchanged without searching (a worker killed at its
+    deadline): estimates from lowering alone, which is cheap; nothing to validate."""
+    start = time.perf_counter()
+    profile = resolve_profile(hardware)
+    naive = build_kernel_program(program, profile, NAIVE)
+    baseline = build_kernel_program(baseline_program(program, options.rules)[0], profile, CONVENTIONAL)
+    original = build_kernel_program(program, profile, CONVENTIONAL)
+    report = {"rewrites": {},
+              "egraph": {"enodes": None, "eclasses": None, "iterations": None, "stop_reason": "time_limit"},
+              "extraction": {"method": None, "cost_s": None, "optimality_gap": None, "status": "not run"},
+              "equations": {"original": len(program["eqns"]), "optimized": len(program["eqns"])},
+              "timings_s": {"fallback": round(time.perf_counter() - start, 6)},
+              "notes": [note], "control_flow": None}
+    return _response(request_id(program, profile, options), profile, program, original,
+                     _estimates(profile, naive, baseline, original, [program]), identical(), report)
+
+
+def _response(identity: str, profile: HardwareProfile, program: dict[str, Any], lowered: KernelProgram,
+              estimate: dict[str, Any], validation: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
+    """The /v1/optimize response (service.api_models.OptimizeResponse) for `program` in `lowered`'s kernels."""
+    return {"id": identity, "program": program, "kernels": [k.to_dict() for k in lowered.kernels],
+            "precompute_kernels": [k.to_dict() for k in lowered.precompute],
+            "listing": kernel_listing(lowered, profile.name), "estimate": estimate, "validation": validation,
+            "report": report, "cache": "miss"}
 
 
 def _loops(written: dict[str, Any], profile: HardwareProfile, options: OptimizeOptions,

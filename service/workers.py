@@ -18,14 +18,10 @@ import multiprocessing
 import os
 import pickle
 import signal
-import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from costmodel.profile import HardwareProfile
-from lowering.kernels import CONVENTIONAL, NAIVE, build_kernel_program
-from lowering.listing import kernel_listing
-from lowering.validate import identical
 from service import pipeline
 from service.options import OptimizeOptions
 from service.settings import Settings, request_options
@@ -141,37 +137,6 @@ def request_deadline_s(options: OptimizeOptions, settings: Settings) -> float:
     return request_options(options, settings).time_limit_s + settings.deadline_grace_s
 
 
-def unoptimized_response(program: dict[str, Any], hardware: str | dict | HardwareProfile | None,
-                         options: OptimizeOptions, note: str) -> dict[str, Any]:
-    """A full response for the original program, computed in the parent after its worker was
-    killed: estimates from lowering alone (cheap), no e-graph, no validation needed (unchanged)."""
-    start = time.perf_counter()
-    profile = pipeline.resolve_profile(hardware)
-    naive = build_kernel_program(program, profile, NAIVE)
-    baseline = build_kernel_program(pipeline.baseline_program(program, options.rules)[0], profile, CONVENTIONAL)
-    original = build_kernel_program(program, profile, CONVENTIONAL)
-    return {
-        "id": pipeline.request_id(program, profile, options),
-        "program": program,
-        "kernels": [k.to_dict() for k in original.kernels],
-        "precompute_kernels": [k.to_dict() for k in original.precompute],
-        "listing": kernel_listing(original, profile.name),
-        # the private helper keeps this response's estimate block identical in shape to optimize()'s
-        "estimate": pipeline._estimates(profile, naive, baseline, original, [program]),
-        "validation": identical(),  # the original program, returned as it came
-        "report": {
-            "rewrites": {},
-            "egraph": {"enodes": None, "eclasses": None, "iterations": None, "stop_reason": "time_limit"},
-            "extraction": {"method": None, "cost_s": None, "optimality_gap": None, "status": "not run"},
-            "equations": {"original": len(program["eqns"]), "optimized": len(program["eqns"])},
-            "timings_s": {"fallback": round(time.perf_counter() - start, 6)},
-            "notes": [note],
-            "control_flow": None,
-        },
-        "cache": "miss",
-    }
-
-
 class WorkerPool:
     """`settings.workers` warm worker processes behind a bounded queue. Use from one event loop:
     `await start()` in the app lifespan, `await submit(...)` per request, `await stop()` at exit."""
@@ -273,7 +238,7 @@ class WorkerPool:
         if kind == "deadline":
             note = (f"the worker passed the request's deadline ({deadline_s:g} s = time limit + "
                     f"{self.settings.deadline_grace_s:g} s grace) and was stopped; returning the original program")
-            return await asyncio.to_thread(unoptimized_response, program, hardware, options, note)
+            return await asyncio.to_thread(pipeline.original_response, program, hardware, options, note)
         raise WorkerDied("the worker serving this request died before answering; retry")
 
     def _release(self, worker: _Worker, done: Future) -> None:
