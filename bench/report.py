@@ -50,7 +50,7 @@ def _git_commit() -> str:
 
 def machine() -> dict[str, Any]:
     """Where and with what the numbers were measured (timings mean nothing without it)."""
-    from service.pipeline import VERSION
+    from service import VERSION
     return {"python": platform.python_version(), "machine": platform.machine(), "processor": _cpu_model(),
             "cpus": os.cpu_count(), "system": f"{platform.system()} {platform.release()}",
             "jax": _version("jax"), "jaxlib": _version("jaxlib"), "egglog": _version("egglog"),

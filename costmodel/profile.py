@@ -236,6 +236,15 @@ def load_profile(name_or_path: str) -> HardwareProfile:
     return _load_named(name_or_path)
 
 
+def resolve_profile(hardware: str | dict | HardwareProfile | None) -> HardwareProfile:
+    """A profile given as an object, an inline dict, a shipped name or path, or None (the default)."""
+    if isinstance(hardware, HardwareProfile):
+        return hardware
+    if isinstance(hardware, dict):
+        return profile_from_dict(hardware, source="request hardware")
+    return load_profile(hardware or DEFAULT_PROFILE)
+
+
 def with_overrides(profile: HardwareProfile, overrides: dict[str, Any]) -> HardwareProfile:
     """A copy of `profile` with dotted-name overrides, e.g. {"gemm.rows": 128}; revalidated."""
     data = profile.model_dump()

@@ -1,1 +1,3 @@
-"""HTTP boundary of the optimizer: wire schema, capture, app, pipeline, client, CLI."""
+"""The optimizer service: the pipeline and its search, workers, the HTTP app, the client and the CLI."""
+
+VERSION = "0.1.0"

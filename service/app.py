@@ -18,12 +18,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from costmodel.profile import ProfileError, list_profiles, load_profile
-from service import metrics, pipeline
+from service import VERSION, metrics, pipeline
 from service.api_models import (HardwareSummary, OptimizeRequest, OptimizeResponse, SweepRequest,
                                 SweepResponse, UnknownHardware, count_equations, error_status,
                                 resolve_hardware)
 from service.auth import require_token
-from service.cache import ResultCache, canonical_request_id
+from service.cache import ResultCache
+from service.request_key import canonical_request_id
 from service.limits import check_tensor_elements
 from service.settings import Settings, get_settings, request_options
 from service.sweep import SweepError, sweep
@@ -142,7 +143,7 @@ async def _lifespan(app: FastAPI):
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
-    app = FastAPI(title="optu-eqsat", version=pipeline.VERSION,
+    app = FastAPI(title="optu-eqsat", version=VERSION,
                   description="Equality-saturation optimizer for JAX programs targeting an OPTU.",
                   dependencies=[Depends(require_token)],  # enforced on /v1/* only
                   lifespan=_lifespan)

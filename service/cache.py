@@ -1,11 +1,7 @@
 """The result cache: optimize responses keyed by a hash of the canonical request.
 
-Key. Programs that differ only in the names of their internal variables hash alike: inputs,
-consts and equation outputs are renamed to their definition index (nested bodies get their own
-numbering). The requester's input names (in order) and output references are hashed as well, so a
-hit answers with a program whose interface matches the request exactly; only the internal names
-of the first requester show through, which are private to the optimized program. The response's
-`id` is the one the pipeline computed for the request that filled the entry.
+Key: the request's `id` (service/request_key.py), so a hit answers with the id the request would
+have been given anyway.
 
 Storage. Embedded SQLite (WAL, busy timeout, one short connection per operation so threads and
 worker processes share one file) or Redis (`OPTU_CACHE_URL=redis://...`) shared by replicas.
@@ -15,9 +11,7 @@ A failing cache (disk full, Redis down) degrades to "miss, not stored" and never
 """
 from __future__ import annotations
 
-import functools
 import hashlib
-import itertools
 import json
 import logging
 import sqlite3
@@ -25,9 +19,6 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any, Protocol
 
-from costmodel.profile import HardwareProfile
-from service import pipeline
-from service.options import OptimizeOptions
 from service.settings import Settings
 
 log = logging.getLogger("optu.cache")
@@ -35,68 +26,6 @@ log = logging.getLogger("optu.cache")
 BUSY_TIMEOUT_S = 10.0  # how long a writer waits for another process's write lock
 REDIS_PREFIX = "optu:result:"
 REDIS_TIMEOUT_S = 2.0
-
-
-def _canonical_program(program: dict[str, Any]) -> dict[str, Any]:
-    """`program` with every variable it defines replaced by its definition index (an int, so it
-    cannot collide with a name left as a string because it is undefined here)."""
-    names: dict[str, int] = {}
-    counter = itertools.count()
-
-    def define(spec: dict[str, Any]) -> dict[str, Any]:
-        # A redefinition gets a fresh index and shadows the old one, as a reader of the program sees it.
-        names[spec.get("name")] = next(counter)
-        return {**spec, "name": names[spec.get("name")]}
-
-    def ref(operand: Any) -> Any:
-        return names.get(operand, operand) if isinstance(operand, str) else operand
-
-    inputs = [define(s) for s in program.get("inputs", [])]
-    consts = [define(s) for s in program.get("consts", [])]
-    eqns = []
-    for eqn in program.get("eqns", []):
-        operands = [ref(o) for o in eqn.get("in", [])]  # resolved before this eqn's outputs exist
-        eqns.append({**eqn, "in": operands, "params": _canonical_params(eqn.get("params") or {}),
-                     "out": [define(s) for s in eqn.get("out", [])]})
-    return {**program, "inputs": inputs, "consts": consts, "eqns": eqns,
-            "outputs": [ref(o) for o in program.get("outputs", [])]}
-
-
-def _canonical_params(value: Any) -> Any:
-    """Params with every nested program (a `{"program": ...}` object, see control_flow) canonical."""
-    if isinstance(value, dict):
-        if isinstance(value.get("program"), dict) and set(value) <= {"program", "open"}:
-            return {**value, "program": _canonical_program(value["program"])}
-        return {k: _canonical_params(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_canonical_params(v) for v in value]
-    return value
-
-
-@functools.lru_cache(maxsize=1)
-def code_fingerprint() -> str:
-    """Hash of the optimizer's own source: a cached result never outlives the code that made it
-    (VERSION alone is not bumped for every change, and the SQLite cache persists on disk)."""
-    root = Path(__file__).resolve().parent.parent
-    digest = hashlib.sha256()
-    for package in ("rewrites", "costmodel", "lowering", "service"):
-        for path in sorted((root / package).rglob("*")):
-            if path.suffix in (".py", ".toml"):
-                digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
-
-
-def canonical_request_id(program: dict[str, Any], profile: str | dict | HardwareProfile | None,
-                         options: OptimizeOptions | dict | None) -> str:
-    """Hash of the canonical request: program up to internal renaming, its interface names,
-    the resolved hardware profile, the options, the project version and the code fingerprint."""
-    profile = pipeline.resolve_profile(profile)
-    options = options if isinstance(options, OptimizeOptions) else OptimizeOptions.model_validate(options or {})
-    interface = [[s.get("name") for s in program.get("inputs", [])], program.get("outputs", [])]
-    canonical = json.dumps([_canonical_program(program), interface, profile.costs(),
-                            options.model_dump(mode="json"), pipeline.VERSION, code_fingerprint()],
-                           sort_keys=True, default=str)
-    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 class CacheObserver(Protocol):

@@ -24,3 +24,15 @@ class OptimizeOptions(BaseModel):
         "real", description="exact: only rewrites exact in IEEE arithmetic; real: identities of real numbers")
     validate_result: bool = Field(True, alias="validate", description="check optimized vs original numerically")
     rules: bool = Field(True, description="false: round-trip through the e-graph with no rewrites")
+
+    @classmethod
+    def coerce(cls, options: OptimizeOptions | dict | None) -> OptimizeOptions:
+        """`options` as given, a dict validated, None the defaults."""
+        return options if isinstance(options, cls) else cls.model_validate(options or {})
+
+    def resolved(self) -> OptimizeOptions:
+        """These options with every unset limit at the optimizer's default: what a search runs
+        with, and what a request's id hashes (so leaving a limit unset and giving its default name
+        the same request)."""
+        return self.model_copy(update={"time_limit_s": self.time_limit_s or DEFAULT_TIME_LIMIT_S,
+                                       "node_limit": self.node_limit or DEFAULT_NODE_LIMIT})

@@ -6,14 +6,12 @@ per request.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from contextlib import nullcontext
 from typing import Any
 
 from costmodel.extract import Extraction
-from costmodel.profile import DEFAULT_PROFILE, HardwareProfile, load_profile, profile_from_dict
+from costmodel.profile import HardwareProfile, resolve_profile
 from lowering.kernels import CONVENTIONAL, NAIVE, POLICIES, KernelProgram, build_kernel_program, lower_bound
 from lowering.listing import kernel_listing
 from lowering.validate import identical, validate, validate_pieces
@@ -23,24 +21,9 @@ from service.loop_hoist import hoist_scan_projections
 from service.loop_invariants import tidy_loops
 from service.options import OptimizeOptions
 from service.partition import find_pieces, search_pieces
+from service.request_key import canonical_request_id
 from service.search import Search, budget, search, stage
 from wire.execute import typecheck
-
-VERSION = "0.1.0"
-
-
-def resolve_profile(hardware: str | dict | HardwareProfile | None) -> HardwareProfile:
-    if isinstance(hardware, HardwareProfile):
-        return hardware
-    if isinstance(hardware, dict):
-        return profile_from_dict(hardware, source="request hardware")
-    return load_profile(hardware or DEFAULT_PROFILE)
-
-
-def request_id(program: dict, profile: HardwareProfile, options: OptimizeOptions) -> str:
-    canonical = json.dumps([program, profile.costs(), options.model_dump(), VERSION], sort_keys=True)
-    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
-
 
 def baseline_program(program: dict[str, Any], rules: bool = True) -> tuple[dict[str, Any], int]:
     """The program the baseline is priced on, and what the optimizer starts from: loops tidied as a
@@ -52,9 +35,9 @@ def baseline_program(program: dict[str, Any], rules: bool = True) -> tuple[dict[
 def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | None = None,
              options: OptimizeOptions | dict | None = None) -> dict[str, Any]:
     """Optimize a wire program; raises WireError (a 422) if it does not type-check."""
-    options = options if isinstance(options, OptimizeOptions) else OptimizeOptions.model_validate(options or {})
+    options = OptimizeOptions.coerce(options).resolved()
     profile = resolve_profile(hardware)
-    identity = request_id(program, profile, options)  # before the loops' share of the time limit is taken
+    identity = canonical_request_id(program, profile, options)  # before the loops' share of the time limit is taken
     timings: dict[str, float] = {}
     with stage(timings, "typecheck"):
         typecheck(program)
@@ -112,7 +95,7 @@ def original_response(program: dict[str, Any], hardware: str | dict | HardwarePr
               "equations": {"original": len(program["eqns"]), "optimized": len(program["eqns"])},
               "timings_s": {"fallback": round(time.perf_counter() - start, 6)},
               "notes": [note], "control_flow": None}
-    return _response(request_id(program, profile, options), profile, program, original,
+    return _response(canonical_request_id(program, profile, options), profile, program, original,
                      _estimates(profile, naive, baseline, original, [program]), identical(), report)
 
 

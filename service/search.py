@@ -25,7 +25,7 @@ from rewrites.ingest import LoadedProgram, ingest
 from rewrites.kernel_seeds import KernelSeed, seed_kernels
 from rewrites.schedule import CHAINS_ORDERED, FUSION_ONLY, NO_RULES, SCHEDULES, Budget, SaturationReport, saturate
 from service.background_validation import BackgroundValidation
-from service.options import DEFAULT_NODE_LIMIT, DEFAULT_TIME_LIMIT_S, OptimizeOptions
+from service.options import OptimizeOptions
 
 AUTO_ILP_NODE_BUDGET = 5_000  # beyond this the ILP rarely proves anything in the time it gets
 # Kernel e-graphs are harder (exclusive GEMMs, tee requirements, weak LP bounds). Started from
@@ -71,9 +71,9 @@ def stage(timings: dict[str, float], name: str):
 
 
 def budget(options: OptimizeOptions) -> Budget:
-    """The saturation budget of `options` (as the caller resolved them; unset limits: the defaults)."""
-    return Budget(iter_limit=options.iter_limit, node_limit=options.node_limit or DEFAULT_NODE_LIMIT,
-                  time_limit_s=options.time_limit_s or DEFAULT_TIME_LIMIT_S)
+    """The saturation budget of `options` (unset limits: the optimizer's defaults)."""
+    options = options.resolved()
+    return Budget(iter_limit=options.iter_limit, node_limit=options.node_limit, time_limit_s=options.time_limit_s)
 
 
 def search(program: dict[str, Any], profile: HardwareProfile, options: OptimizeOptions,

@@ -43,7 +43,7 @@ def get_settings() -> Settings:
 def request_options(options: OptimizeOptions | dict[str, Any] | None, settings: Settings) -> OptimizeOptions:
     """A request's options as the optimizer runs them: this server's defaults where the request
     left a limit unset, and its caps applied."""
-    options = options if isinstance(options, OptimizeOptions) else OptimizeOptions.model_validate(options or {})
+    options = OptimizeOptions.coerce(options)
     return options.model_copy(update={
         "time_limit_s": min(options.time_limit_s or settings.default_time_limit_s, settings.max_time_limit_s),
         "node_limit": min(options.node_limit or settings.default_node_limit, settings.max_node_limit),

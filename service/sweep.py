@@ -9,7 +9,7 @@ from collections import Counter
 from typing import Any
 
 from costmodel.op_cost import GEMM_OPS, gemm_dims
-from costmodel.profile import HardwareProfile, ProfileError, with_overrides
+from costmodel.profile import HardwareProfile, ProfileError, resolve_profile, with_overrides
 from lowering.kernels import avals_of
 from service import pipeline
 from service.options import OptimizeOptions
@@ -80,7 +80,7 @@ def gemm_shapes(program: dict[str, Any]) -> list[str]:
 def sweep(program: dict[str, Any], hardware: str | dict | HardwareProfile | None,
           params: dict[str, list[Any]], options: OptimizeOptions | dict | None = None) -> dict[str, Any]:
     """Optimize `program` at every grid point of `params` (dotted profile fields -> values)."""
-    base = pipeline.resolve_profile(hardware)
+    base = resolve_profile(hardware)
     points = []
     for overrides, profile in sweep_grid(base, params):
         response = pipeline.optimize(program, profile, options)

@@ -214,7 +214,7 @@ class WorkerPool:
         their type and fields), QueueFull, or WorkerDied; a deadline answers the original program."""
         if self._idle is None or self._stopping:
             raise WorkerDied("the worker pool is not running")
-        options = options if isinstance(options, OptimizeOptions) else OptimizeOptions.model_validate(options or {})
+        options = OptimizeOptions.coerce(options)
         if self._idle.empty() and self._waiting >= self.settings.queue_depth:
             raise QueueFull(self.settings.queue_depth, retry_after_s=max(1, round(self.settings.default_time_limit_s)))
         self._waiting += 1
