@@ -158,7 +158,7 @@ def _decode(v: Any, prim: str, key: str) -> Any:
 def _decode_program(prog: Any, open_: bool, prim: str, key: str) -> jex.ClosedJaxpr | jex.Jaxpr:
     import jax
 
-    from wire.execute import program_to_callable, typecheck  # to_jax imports this module
+    from wire.execute import program_to_callable, typecheck  # execute imports this module
 
     typecheck(prog)
     fn = program_to_callable(prog)
