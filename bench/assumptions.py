@@ -5,10 +5,10 @@ baseline on `optu-v1`. It is recomputed with each of the profile's assumed numbe
 `[provenance]` says which) at x0.5 and x2, the others as shipped: `kernel.max_gemms` at 1, 4 and
 16 and the launch overhead at 0.5, 1, 2 and 5 us instead. Assumed zeros (per-op and per-buffer
 overheads the profile says the OPTU does not have) have no x0.5 or x2: they are tried at 0.1 and
-1 us. Each point is a whole optimization of
-every model (the chosen program may change with the hardware), with validation off (it does not
-change an estimate); the points run on two processes. Writes
-bench/results/assumptions.json and the README table between `<!-- assumptions:begin/end -->`.
+1 us. Each point is a whole optimization of every model (the chosen program may change with the
+hardware), with validation off (it does not change an estimate); the points run on two
+processes. Writes bench/results/assumptions.json and the README table between
+`<!-- assumptions:begin/end -->`.
 """
 from __future__ import annotations
 
@@ -116,9 +116,9 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     moves: dict[str, float] = {}
     for r in rows[1:]:
         moves[r["assumption"]] = max(moves.get(r["assumption"], 0.0), abs(math.log(r["geomean_speedup"] / base)))
-    ranked = sorted(moves, key=moves.get, reverse=True)
     return {"as_shipped": base, "low": min(r["geomean_speedup"] for r in rows),
-            "high": max(r["geomean_speedup"] for r in rows), "most_moving": ranked[:5],
+            "high": max(r["geomean_speedup"] for r in rows),
+            "most_moving": sorted(moves, key=moves.get, reverse=True),  # every swept assumption, most first
             "unmoved": sorted(name for name, move in moves.items() if move < 1e-3)}
 
 
@@ -127,17 +127,16 @@ def table(rows: list[dict[str, Any]], summary: dict[str, Any], meta: dict[str, A
     by_name: dict[str, list[dict[str, Any]]] = {}
     for r in rows[1:]:
         by_name.setdefault(r["assumption"], []).append(r)
-    moving = sorted(by_name, key=lambda n: -max(abs(math.log(r["geomean_speedup"] / base)) for r in by_name[n]))
     profile = load_profile(PROFILE)
     shipped = swept(profile)
-    skipped = {name: not_swept(name) for name in assumed(profile) if not_swept(name)}
+    skipped = {name: reason for name in assumed(profile) if (reason := not_swept(name))}
     lines = [f"Headline geomean speedup over the fair baseline ({models} models, `{PROFILE}`, estimates) with each "
              f"assumed number moved, the others as shipped ({machine_line(meta)}): as shipped **{base:.3f}x**, "
              f"range **{summary['low']:.3f}x - {summary['high']:.3f}x**. Moves it most: "
              f"{', '.join(f'`{n}`' for n in summary['most_moving'][:3])}. Moved by under 0.1%: "
              f"{len(summary['unmoved'])} of {len(by_name)} swept. Regenerate with `python -m bench.assumptions`.", "",
              "| assumption | as shipped | setting -> geomean speedup |", "|---|---|---|"]
-    for name in moving:
+    for name in summary["most_moving"]:
         tried = ", ".join(f"{r['setting']}: {r['geomean_speedup']:.3f}x" for r in by_name[name])
         lines.append(f"| `{name}` | {shipped[name]:.3g} | {tried} |")
     reasons: dict[str, list[str]] = {}

@@ -26,9 +26,9 @@ from costmodel.calibrate import Probe, apply_measurement_settings, time_probes
 from costmodel.profile import load_profile
 from lowering.kernels import CONVENTIONAL, build_kernel_program
 from lowering.runnable import kernel_subprogram
-from wire.execute import program_to_callable
-from wire.capture import capture
 from service.pipeline import baseline_program, optimize
+from wire.capture import capture
+from wire.execute import program_to_callable
 
 RESULTS = Path(__file__).resolve().parent / "results" / "calibration.json"
 KINDS = ("baseline", "optimized")  # the program as written in greedy groups; the optimizer's program
@@ -36,40 +36,37 @@ PASSES = 8  # interleaved timing passes over all kernels
 BUDGET_PER_KERNEL_S = 0.4  # timing time per kernel, over all passes (compilation excluded)
 
 
-def model_kernels(name: str, profile_name: str, kind: str) -> list[tuple[dict[str, Any], Probe]]:
-    """(row, probe) for each per-call kernel of the model's `kind` of program: `baseline` (the
-    program as written, in the fair baseline's greedy groups) or `optimized` (the optimizer's
-    program, in its kernels); the probe times the kernel."""
+def model_kernels(name: str, profile_name: str) -> list[tuple[dict[str, Any], Probe]]:
+    """(row, probe) for each per-call kernel of the model's two programs (`KINDS`): as written, in
+    the fair baseline's greedy groups, and as optimized, in its kernels; the probe times the kernel."""
     fn, args = ZOO[name]()
     program = capture(fn, *args, weight_argnums=WEIGHT_ARGNUMS[name])
     profile = load_profile(profile_name)
-    if kind == "baseline":
-        program = baseline_program(program)[0]
-        kp = build_kernel_program(program, profile, CONVENTIONAL)
-    else:
-        program = optimize(program, profile, {"validate": False})["program"]
-        kp = build_kernel_program(program, profile)
-    # The model's real values, so each kernel sees realistic data (no NaNs from log of noise).
-    env = dict(zip((i["name"] for i in program["inputs"]), jax.tree_util.tree_leaves(args)))
+    written = baseline_program(program)[0]
+    optimized = optimize(program, profile, {"validate": False})["program"]
     found = []
-    for phase, kernels in (("precompute", kp.precompute), ("per_call", kp.kernels)):
-        for kernel in kernels:
-            sub = kernel_subprogram(program, kernel)
-            run = program_to_callable(sub)
-            inputs = tuple(env[i["name"]] for i in sub["inputs"])
-            env.update(zip(sub["outputs"], run(*inputs)))
-            if phase == "per_call":
-                found.append(({"model": name, "program": kind, "kernel": kernel.id, "kind": kernel.kind,
-                               "ops": kernel.ops, "inputs": len(sub["inputs"]), "outputs": len(sub["outputs"]),
-                               "bound": kernel.estimate.bound, "estimate_s": kernel.estimate.time_s},
-                              Probe(run, inputs)))
+    for kind, program, kp in (("baseline", written, build_kernel_program(written, profile, CONVENTIONAL)),
+                              ("optimized", optimized, build_kernel_program(optimized, profile))):
+        # The model's real values, so each kernel sees realistic data (no NaNs from log of noise).
+        env = dict(zip((i["name"] for i in program["inputs"]), jax.tree_util.tree_leaves(args)))
+        for phase, kernels in (("precompute", kp.precompute), ("per_call", kp.kernels)):
+            for kernel in kernels:
+                sub = kernel_subprogram(program, kernel)
+                run = program_to_callable(sub)
+                inputs = tuple(env[i["name"]] for i in sub["inputs"])
+                env.update(zip(sub["outputs"], run(*inputs)))
+                if phase == "per_call":
+                    found.append(({"model": name, "program": kind, "kernel": kernel.id, "kind": kernel.kind,
+                                   "ops": kernel.ops, "inputs": len(sub["inputs"]), "outputs": len(sub["outputs"]),
+                                   "bound": kernel.estimate.bound, "estimate_s": kernel.estimate.time_s},
+                                  Probe(run, inputs)))
     return found
 
 
 def measure(models: list[str], profile_name: str, passes: int = PASSES,
             budget_per_kernel_s: float = BUDGET_PER_KERNEL_S) -> list[dict[str, Any]]:
     """Every per-call kernel of both kinds of program of `models`, timed in interleaved passes."""
-    found = [item for name in models for kind in KINDS for item in model_kernels(name, profile_name, kind)]
+    found = [item for name in models for item in model_kernels(name, profile_name)]
     probes = {str(i): probe for i, (_, probe) in enumerate(found)}
     best = time_probes(probes, budget_per_kernel_s * len(probes), passes=passes)
     rows = []
@@ -83,7 +80,11 @@ def measure(models: list[str], profile_name: str, passes: int = PASSES,
 def check_kernels(models: list[str], profile_name: str, passes: int = PASSES,
                   budget_per_kernel_s: float = BUDGET_PER_KERNEL_S) -> dict[str, dict[str, Any]]:
     """How well `profile_name` ranks and scales the measured kernels of each kind of program."""
-    kernels = measure(models, profile_name, passes, budget_per_kernel_s)
+    return by_kind(measure(models, profile_name, passes, budget_per_kernel_s), passes)
+
+
+def by_kind(kernels: list[dict[str, Any]], passes: int = PASSES) -> dict[str, dict[str, Any]]:
+    """`summarize` for each kind of program's kernels."""
     return {kind: summarize([k for k in kernels if k["program"] == kind], passes) for kind in KINDS}
 
 
@@ -149,10 +150,9 @@ def main() -> None:
     args = parser.parse_args()
     apply_measurement_settings()  # before any JAX computation creates the CPU client
     kernels = measure(args.models, args.profile)
-    per_model = {name: {kind: summarize([k for k in kernels if k["model"] == name and k["program"] == kind])
-                        for kind in KINDS} for name in args.models}
+    per_model = {name: by_kind([k for k in kernels if k["model"] == name]) for name in args.models}
     extraction = [extraction_comparison(name, args.hardware) for name in args.models]
-    summary = {kind: summarize([k for k in kernels if k["program"] == kind]) for kind in KINDS}
+    summary = by_kind(kernels)
     publish(RESULTS, {"profile": args.profile, "machine": machine(), "summary": summary, "per_model": per_model,
                       "extraction": {"hardware": args.hardware, "models": extraction}, "kernels": kernels},
             markdown(args.profile, summary, per_model, extraction, args.hardware), "calibration", not args.no_readme)

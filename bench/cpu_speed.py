@@ -31,12 +31,12 @@ from bench.models.variants import MODELS_WITH_ALTERNATIVES
 from bench.report import RESULTS_DIR, fmt_ratio, fmt_time, geomean, machine, machine_line, publish
 from bench.timing import interleaved_medians, timed
 from costmodel.profile import load_profile
+from lowering.compare import output_error
 from lowering.kernels import gemm_flops
 from lowering.precompute import split_weight_work
-from wire.execute import program_to_callable
-from lowering.compare import output_error
-from wire.capture import capture
 from service.pipeline import optimize
+from wire.capture import capture
+from wire.execute import program_to_callable
 
 RESULTS = RESULTS_DIR / "cpu_speed.json"
 HARDWARE = "cpu-host"

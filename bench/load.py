@@ -16,8 +16,8 @@ import numpy as np
 
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
 from bench.report import publish
-from wire.capture import capture
 from service.devserver import running_server
+from wire.capture import capture
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "load.json"

@@ -14,12 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from wire.execute import typecheck
 from lowering.compare import output_error
 from lowering.kernels import avals_of
 from lowering.validate import validate
 from lowering.validation_inputs import random_inputs
 from lowering.widen import CannotWiden, Widened, widen
+from wire.execute import typecheck
 from wire.format import WireError
 
 SWAPS = {"add": "sub", "sub": "add", "mul": "add", "div": "mul", "max": "min", "min": "max",

@@ -35,9 +35,9 @@ import numpy as np
 
 from bench.models.encoders import STYLES, encoder
 from bench.report import RESULTS_DIR, machine, machine_line, publish, write_json
-from wire.capture import capture
 from service.client import optimize
 from service.devserver import running_server
+from wire.capture import capture
 
 RESULTS = RESULTS_DIR / "speed.json"
 REFERENCE = RESULTS_DIR / "speed_reference.json"

@@ -32,12 +32,12 @@ import jax
 import numpy as np
 
 from lowering.compare import bit_identical, informative, output_error, tolerance_for
-from lowering.observability import change_shows
 from lowering.kernels import output_avals
+from lowering.observability import change_shows
 from lowering.regions import Region, RegionPlan, check_key, cone, find_regions
-from wire.execute import program_to_callable
 from lowering.validation_inputs import TRIALS, InputDraws, nudged, nudges, random_inputs
 from lowering.widen import CannotWiden, float64_callable, widen
+from wire.execute import program_to_callable
 
 # Evaluated in float64, a right rewrite differs from the original only by rounding: about as much
 # as the original moves when its inputs change by float64's rounding (its measured sensitivity

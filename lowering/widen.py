@@ -19,12 +19,13 @@ class CannotWiden(Exception):
     """The program does not evaluate in float64 (e.g. it bitcasts a float32 to an int32)."""
 
 
-def widen(args: list[Any]) -> list[Any]:
-    """Floats as float64, complex as complex128; the rest as they are (numpy or traced arrays)."""
+def widen(args: list[Any]) -> list[np.ndarray]:
+    """Floats as float64, complex as complex128; the rest as they are."""
     out = []
     for a in args:
-        wide = WIDE.get(str(a.dtype)) if hasattr(a, "dtype") else None
-        out.append(a.astype(wide) if wide else a)
+        array = np.asarray(a)
+        wide = WIDE.get(str(array.dtype))
+        out.append(array.astype(wide) if wide else array)
     return out
 
 

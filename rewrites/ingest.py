@@ -18,9 +18,9 @@ from egglog.egraph import to_runtime_expr
 from egglog.runtime import RuntimeExpr
 
 from rewrites.params import ParamsTable
-from wire.params import strip_none_defaults
 from rewrites.terms import (BINARY_OPS, REDUCE_OPS, UNARY_OPS, Term, dtype, float_bits, ivec, literal_value,
                             output, shape, slot_hi, slot_lo)
+from wire.params import strip_none_defaults
 
 
 @dataclass

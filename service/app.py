@@ -24,13 +24,13 @@ from service.api_models import (HardwareSummary, OptimizeRequest, OptimizeRespon
                                 resolve_hardware)
 from service.auth import require_token
 from service.cache import ResultCache
-from service.request_key import canonical_request_id
 from service.limits import check_tensor_elements
+from service.request_key import canonical_request_id
 from service.settings import Settings, get_settings, request_options
 from service.sweep import SweepError, sweep
 from service.translation_validation import ValidateRequest, ValidateResponse, validate_programs
-from wire.format import FORMAT, WireError, WireProgram
 from service.workers import QueueFull, WorkerDied, WorkerPool
+from wire.format import FORMAT, WireError, WireProgram
 
 
 class BodySizeLimit:

@@ -14,11 +14,11 @@ import httpx
 import jax
 
 from lowering.precompute import PrecomputedProgram
-from wire.execute import program_to_callable
 from service.api_models import (OptimizeResponse, count_equations, error_status,
                                 resolve_hardware)
-from wire.capture import capture, capture_with_trees
 from service.settings import get_settings, request_options
+from wire.capture import capture, capture_with_trees
+from wire.execute import program_to_callable
 
 DEFAULT_HARDWARE = "optu-v1"
 # What `jit` does when optimizing a signature goes wrong: "fallback" runs plain jax.jit (with a

@@ -8,8 +8,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from lowering.kernels import output_avals
-from wire.execute import typecheck
 from lowering.validate import validate
+from wire.execute import typecheck
 from wire.format import WireError, WireProgram
 
 EXIT_CODES = {"passed": 0, "identical": 0, "failed": 1, "inconclusive": 2}  # `optu validate`

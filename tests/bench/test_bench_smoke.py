@@ -16,9 +16,9 @@ from bench.models.variants import MODELS_WITH_ALTERNATIVES, alternatives
 from bench.report import geomean, update_readme
 from costmodel.profile import load_profile
 from costmodel.provenance import assumed
-from wire.execute import program_to_callable
 from service import cli
 from wire.capture import capture
+from wire.execute import program_to_callable
 
 QUICK = ["mlp2", "matmul_chain", "rnn_unrolled"]
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
-from wire.capture import capture
 from service.pipeline import optimize
+from wire.capture import capture
 
 GOLDEN = Path(__file__).parent / "golden"
 MODELS = ["mlp2", "convnet", "matmul_chain", "rnn_unrolled"]

@@ -8,8 +8,8 @@ import numpy as np
 
 from bench.models.registry import capture_model
 from lowering.precompute import PrecomputedProgram, split_weight_work
-from wire.execute import program_to_callable
 from wire.capture import capture
+from wire.execute import program_to_callable
 
 
 def test_the_split_moves_weight_only_work_out_and_computes_the_same():

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
-from lowering.runnable import KernelRunner
-from wire.execute import program_to_callable
 from lowering.compare import output_error, tolerance_for
-from wire.capture import capture
+from lowering.runnable import KernelRunner
 from service.pipeline import optimize
+from wire.capture import capture
+from wire.execute import program_to_callable
 
 
 @pytest.mark.parametrize("name", sorted(ZOO))

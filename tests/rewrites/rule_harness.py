@@ -15,13 +15,13 @@ from hypothesis import strategies as st
 from costmodel.egraph_view import EClass, EGraphView, view_egraph
 from costmodel.node_equation import LEAF_OPS, node_equation
 from lowering.emit import wire_literal
-from wire.execute import program_to_callable, typecheck
 from rewrites.ingest import LoadedProgram, ingest
 from rewrites.registry import Family, FpMode
 from rewrites.schedule import Budget, SaturationReport, Schedule, saturate
 from rewrites.terms import Term, dtype, float_bits, ivec, output, shape
-from wire.capture import capture
 from service.pipeline import optimize
+from wire.capture import capture
+from wire.execute import program_to_callable, typecheck
 from wire.format import WireError
 
 # Verdicts that let a result be used: checked and found equal, or the same computation (nothing run).

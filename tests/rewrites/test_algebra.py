@@ -23,8 +23,8 @@ from rule_harness import (
 )
 
 from rewrites.algebra import ALGEBRA
-from wire.capture import capture
 from service.pipeline import optimize
+from wire.capture import capture
 
 
 def _sided(draw_shape=one_shape(0, 4)):

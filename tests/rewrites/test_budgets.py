@@ -7,8 +7,8 @@ import operator
 import numpy as np
 import pytest
 
-from wire.capture import capture
 from service.pipeline import optimize
+from wire.capture import capture
 from rule_harness import VALIDATED
 
 TERMS = [np.full((4,), i / 200, np.float32) for i in range(200)]

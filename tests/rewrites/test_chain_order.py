@@ -19,8 +19,8 @@ from lowering.validate import validate
 from rewrites.chain_order import cheapest_order, find_chains, orders_every_matmul, seed_chain_orders
 from rewrites.ingest import ingest
 from rewrites.schedule import NO_RULES, Budget, saturate
-from wire.capture import capture
 from service.pipeline import optimize
+from wire.capture import capture
 from rule_harness import VALIDATED
 
 PROFILE = load_profile("optu-v1")

@@ -13,9 +13,9 @@ from jax import lax
 from rule_harness import check_rule_numerics, optimized_matches, random_args, saturate_fn, seeds, shapes
 
 from lowering.idioms import expand, reference
-from wire.execute import program_to_callable
 from rewrites.idioms import IDIOMS
 from rewrites.layout import LAYOUT
+from wire.execute import program_to_callable
 
 SQRT8 = np.float32(np.sqrt(8))
 

@@ -21,11 +21,11 @@ from costmodel.kernel_cost import NodeCoster
 from costmodel.profile import load_profile
 from lowering.emit import emit_program
 from lowering.kernels import NAIVE, build_kernel_program
-from wire.execute import program_to_callable, typecheck
 from rewrites.ingest import ingest
 from rewrites.schedule import NO_RULES, Budget, saturate
 from rewrites.terms import Term
 from wire.capture import capture
+from wire.execute import program_to_callable, typecheck
 from wire.params import strip_none_defaults
 
 rng = np.random.default_rng(0)

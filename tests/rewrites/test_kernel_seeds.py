@@ -20,8 +20,8 @@ from lowering.validate import validate
 from rewrites.ingest import ingest
 from rewrites.kernel_seeds import seed_kernels
 from rewrites.schedule import FUSION_ONLY, Budget, saturate
-from wire.capture import capture
 from service.pipeline import optimize
+from wire.capture import capture
 from rule_harness import VALIDATED
 
 PROFILE = load_profile("optu-v1")

@@ -34,8 +34,8 @@ from rewrites.layout import LAYOUT
 from rewrites.matmul import MATMUL
 from rewrites.registry import Family
 from rewrites.terms import Term, ivec
-from wire.capture import capture
 from service.pipeline import optimize
+from wire.capture import capture
 
 MAX_RANK = 6
 

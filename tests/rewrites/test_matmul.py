@@ -28,8 +28,8 @@ from rule_harness import (
 
 from rewrites.layout import LAYOUT
 from rewrites.matmul import MATMUL
-from wire.capture import capture
 from service.pipeline import optimize
+from wire.capture import capture
 
 chain = st.tuples(dims(), dims(), dims(), dims()).map(lambda d: ([d[:2], d[1:3], d[2:]], {}))
 pair = st.tuples(dims(), dims(), dims()).map(lambda d: ([d[:2], d[1:]], {}))

@@ -28,8 +28,8 @@ from rule_harness import (
 
 from rewrites.merge import MERGE
 from rewrites.schedule import Budget
-from wire.capture import capture
 from service.pipeline import optimize
+from wire.capture import capture
 
 
 def cat(*ws):

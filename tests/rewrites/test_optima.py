@@ -10,8 +10,8 @@ import pytest
 from costmodel.kernel_cost import NODE_EPSILON_S, fused_estimate
 from costmodel.op_cost import nbytes, op_cost
 from costmodel.profile import load_profile
-from wire.capture import capture
 from service.pipeline import optimize
+from wire.capture import capture
 from rule_harness import VALIDATED
 
 PROFILE = load_profile("optu-v1")

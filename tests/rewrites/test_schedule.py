@@ -12,8 +12,8 @@ from rewrites.layout import LAYOUT
 from rewrites.matmul import MATMUL
 from rewrites.merge import MERGE
 from rewrites.schedule import ALL_FAMILIES, NO_RULES, SCHEDULES, Budget, saturate, term_enodes
-from wire.capture import capture
 from service.pipeline import optimize
+from wire.capture import capture
 
 FAMILY_RULES = {n for f in (ALGEBRA, LAYOUT, MATMUL, MERGE) for n in f.names}
 REAL_RULES = {r.name for f in ALL_FAMILIES for r in f.rules if r.mode == "real"}

@@ -13,8 +13,8 @@ from bench.models.zoo import ZOO
 from costmodel.egraph_view import view_egraph
 from rewrites.ingest import ingest
 from rewrites.schedule import SCHEDULES, Budget, saturate
-from wire.capture import capture
 from service.pipeline import optimize
+from wire.capture import capture
 from rule_harness import VALIDATED
 
 

@@ -15,8 +15,8 @@ from bench.models.zoo import ZOO
 from lowering.validate import validate
 from lowering.validation_inputs import TRIALS, InputDraws, Stopped
 from service.background_validation import BackgroundValidation, CollectionPause, Job
-from wire.capture import capture
 from service.pipeline import optimize
+from wire.capture import capture
 
 X, W = np.ones((8, 16), np.float32), np.full((16, 16), 0.1, np.float32)
 

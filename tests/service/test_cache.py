@@ -21,10 +21,10 @@ from wire_examples import MATMUL_SCALE as PROGRAM
 from bench.models.zoo import ZOO
 from service.app import create_app
 from service.cache import RedisCache, ResultCache, SQLiteCache
-from service.request_key import canonical_request_id
-from wire.capture import capture
 from service.devserver import free_port
+from service.request_key import canonical_request_id
 from service.settings import Settings
+from wire.capture import capture
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

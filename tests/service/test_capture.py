@@ -11,8 +11,8 @@ import pytest
 from jax import lax
 
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
-from wire.execute import program_to_callable, typecheck
 from wire.capture import capture, capture_with_trees
+from wire.execute import program_to_callable, typecheck
 from wire.format import WireProgram
 
 _RNG_KINDS = {

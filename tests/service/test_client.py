@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
-from wire.capture import capture
 from service.client import OptimizeError, jit, optimize
+from wire.capture import capture
 from wire_examples import VALIDATED
 
 ESTIMATES = {"naive", "baseline", "optimized", "speedup_vs_baseline", "lower_bound"}

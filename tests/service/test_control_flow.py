@@ -11,10 +11,10 @@ import pytest
 from jax import lax
 
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
-from wire.execute import program_to_callable
-from wire.capture import capture
 from service.control_flow import optimize_nested
 from service.pipeline import optimize
+from wire.capture import capture
+from wire.execute import program_to_callable
 from wire_examples import VALIDATED
 
 RNG = np.random.default_rng(0)

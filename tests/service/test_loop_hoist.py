@@ -10,10 +10,10 @@ from jax import lax
 
 from bench.models.zoo import lstm_layer
 from costmodel.profile import load_profile
-from wire.execute import program_to_callable
-from wire.capture import capture
 from service.loop_hoist import hoist_if_cheaper, hoist_scan_projections
 from service.pipeline import optimize
+from wire.capture import capture
+from wire.execute import program_to_callable
 
 RNG = np.random.default_rng(0)
 

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from jax import lax
 
-from wire.execute import primitive_table, program_to_callable, typecheck
 from lowering.validate import validate
-from wire.capture import capture
 from service.loop_hoist import hoist_scan_projections
 from service.loop_invariants import PURE_OPS, drop_unused_loop_inputs, hoist_loop_invariants
+from wire.capture import capture
+from wire.execute import primitive_table, program_to_callable, typecheck
 from wire.format import encode_array
 
 RNG = np.random.default_rng(0)

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from jax import lax
 
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
-from wire.capture import capture
 from service.pipeline import optimize
+from wire.capture import capture
 
 PROFILES = ["optu-v1", "gpu-roofline", "cpu-host"]
 DIMS = st.sampled_from([4, 8, 16, 64, 256])

@@ -11,13 +11,13 @@ import pytest
 from bench.models.large import bert_encoder
 from costmodel.profile import load_profile, with_overrides
 from lowering.kernels import build_kernel_program
-from wire.execute import program_to_callable
 from service import partition
-from wire.capture import capture
 from service.options import OptimizeOptions
 from service.partition import find_pieces, search_pieces
 from service.pipeline import optimize
 from service.search import search
+from wire.capture import capture
+from wire.execute import program_to_callable
 
 PROFILE = load_profile("optu-v1")
 

@@ -13,9 +13,9 @@ import pytest
 
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
 from costmodel.profile import load_profile, with_overrides
-from wire.execute import program_to_callable
-from wire.capture import capture
 from service.pipeline import optimize
+from wire.capture import capture
+from wire.execute import program_to_callable
 from wire.format import WireError
 from wire_examples import VALIDATED
 

@@ -11,8 +11,8 @@ import pytest
 from wire_examples import MATMUL_SCALE as TINY
 
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
-from wire.capture import capture
 from service.devserver import running_server
+from wire.capture import capture
 from wire_examples import VALIDATED
 
 SCAN_LEAF = {"format": "optu.jaxpr/v1", "inputs": [{"name": "x", "shape": [4], "dtype": "float32"}],

@@ -12,9 +12,9 @@ from fastapi.testclient import TestClient
 
 from costmodel.profile import ProfileError
 from service.app import create_app
-from wire.capture import capture
 from service.cli import main
 from service.sweep import MAX_POINTS, sweep
+from wire.capture import capture
 
 NO_VALIDATION = {"validate": False}
 

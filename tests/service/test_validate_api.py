@@ -11,9 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from wire.capture import capture
 from service.cli import main
 from service.client import OptimizeError, validate, validate_programs
+from wire.capture import capture
 
 X = np.ones((4, 8), np.float32)
 
