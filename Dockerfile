@@ -29,7 +29,7 @@ RUN groupadd --system --gid 10001 optu \
     && mkdir -p /var/cache/optu \
     && chown optu:optu /var/cache/optu
 COPY --from=builder /opt/venv /opt/venv
-# Every setting is an OPTU_* variable (service/settings.py); override them with -e / compose.
+# Every setting is an OPTU_* variable (service/http/settings.py); override them with -e / compose.
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \

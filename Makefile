@@ -4,7 +4,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 PY := $(VENV)/bin/python
 
-.PHONY: serve test bench install clean
+.PHONY: serve test test-fast bench install clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -19,6 +19,10 @@ serve: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# The unit tier only: no server, no subprocess (tests/conftest.py holds each tier to its word).
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m unit
 
 bench: $(STAMP)
 	$(PY) -m bench.run

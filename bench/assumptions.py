@@ -80,7 +80,7 @@ def _capture(models: list[str]) -> None:
 
 def headline(overrides: dict[str, Any], models: list[str]) -> dict[str, Any]:
     """Geomean speedup and energy ratio over the fair baseline of `models` on the profile with `overrides`."""
-    from service.pipeline import optimize  # in the worker process, after its capture
+    from service.optimizer.pipeline import optimize  # in the worker process, after its capture
 
     profile = with_overrides(load_profile(PROFILE), overrides)
     speedups, energies = {}, {}

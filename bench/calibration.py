@@ -26,7 +26,7 @@ from costmodel.calibrate import Probe, apply_measurement_settings, time_probes
 from costmodel.profile import load_profile
 from lowering.kernels import CONVENTIONAL, build_kernel_program
 from lowering.runnable import kernel_subprogram
-from service.pipeline import baseline_program, optimize
+from service.optimizer.pipeline import baseline_program, optimize
 from wire.capture import capture
 from wire.execute import program_to_callable
 

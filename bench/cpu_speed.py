@@ -34,7 +34,7 @@ from costmodel.profile import load_profile
 from lowering.compare import output_error
 from lowering.kernels import gemm_flops
 from lowering.precompute import split_weight_work
-from service.pipeline import optimize
+from service.optimizer.pipeline import optimize
 from wire.capture import capture
 from wire.execute import program_to_callable
 

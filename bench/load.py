@@ -16,7 +16,7 @@ import numpy as np
 
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
 from bench.report import publish
-from service.devserver import running_server
+from service.http.devserver import running_server
 from wire.capture import capture
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,7 +53,7 @@ def run_config(url: str, payloads: list[bytes], concurrency: int) -> dict:
 
 def first_and_tenth(program: dict, settings: dict[str, str], servers: int = 3) -> dict:
     """Ten different requests one after another on a server that has served none: a worker warms
-    up before it takes requests (service/warm_up.py), so the first is no slower than the tenth.
+    up before it takes requests (service/optimizer/warm_up.py), so the first is no slower than the tenth.
     One pair of requests is noise at this scale; the median ratio over fresh `servers` is reported."""
     pairs = []
     for k in range(servers):

@@ -12,7 +12,7 @@ from typing import Any
 
 from bench.models.registry import MODELS, capture_model
 from bench.report import RESULTS_DIR, fmt_ratio, machine, machine_line, publish
-from service.pipeline import optimize
+from service.optimizer.pipeline import optimize
 
 RESULTS = RESULTS_DIR / "never_worse.json"
 PROFILES = ("optu-v1", "gpu-roofline", "cpu-host")

@@ -16,12 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.models.registry import MODELS, RECURRENT, RNN_AND_CHAINS, SMALL, capture_model
-from bench.report import (RESULTS_DIR, fmt_bytes, fmt_energy, fmt_ratio, fmt_time, geomean, machine,
-                          machine_line, publish)
+from bench.report import (RESULTS_DIR, fmt_bytes, fmt_energy, fmt_ratio, fmt_time, geomean, machine, machine_line,
+                          publish)
 from costmodel.profile import load_profile
 from lowering.kernels import CONVENTIONAL, NAIVE, FusionPolicy, build_kernel_program
-from service.pipeline import baseline_program, optimize
-
+from service.optimizer.pipeline import baseline_program, optimize
 
 RESULTS = RESULTS_DIR / "latest.json"
 # Quality targets against the fair baseline, reported beside the measurement (never asserted)

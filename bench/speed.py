@@ -36,7 +36,7 @@ import numpy as np
 from bench.models.encoders import STYLES, encoder
 from bench.report import RESULTS_DIR, machine, machine_line, publish, write_json
 from service.client import optimize
-from service.devserver import running_server
+from service.http.devserver import running_server
 from wire.capture import capture
 
 RESULTS = RESULTS_DIR / "speed.json"

@@ -22,7 +22,7 @@ from costmodel.kernel_cost import proxies
 from costmodel.profile import HardwareProfile, load_profile
 from lowering.kernels import build_kernel_program
 from rewrites.chain_order import Order, cheapest_order, find_chains
-from service.pipeline import optimize
+from service.optimizer.pipeline import optimize
 
 RESULTS = RESULTS_DIR / "time_limits.json"
 MODELS = ("matmul_chain_80", "bert_12_layers", "nasrnn")

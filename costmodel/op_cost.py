@@ -9,35 +9,17 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from costmodel.formulas import (
-    conv_cost,
-    dtype_bytes,
-    gemm_cost,
-    loop_cost,
-    memory_time,
-    vector_cost,
-)
+from costmodel.formulas import conv_cost, dtype_bytes, gemm_cost, loop_cost, memory_time, vector_cost
 from costmodel.profile import HardwareProfile
+from wire.primitives import names, nested_programs
 
 Aval = tuple[tuple[int, ...], str]  # (shape, dtype)
 
-# Metadata-only ops: a kernel reads their input through a different index map, no data moves.
-# stop_gradient is the identity when run (XLA has no such op: it exists for differentiation only).
-FREE_OPS = frozenset(["reshape", "squeeze", "expand_dims", "broadcast_in_dim", "bitcast_convert_type",
-                      "stop_gradient"])
-# Ops that only move data (priced by the bytes they touch on the vector unit's SRAM port).
-MOVE_OPS = frozenset(["transpose", "concatenate", "slice", "pad", "rev", "dynamic_slice",
-                      "dynamic_update_slice", "gather", "copy", "copy_p"])
-# Everything the vector unit runs per element (reductions count input elements).
-VECTOR_OPS = frozenset(
-    "neg exp exp2 log log1p expm1 tanh logistic sin cos tan sqrt rsqrt cbrt abs sign floor ceil "
-    "erf erfc erf_inv not is_finite square reciprocal add sub mul div max min pow rem atan2 nextafter "
-    "eq ne lt le gt ge and or xor select_n integer_pow convert_element_type reduce_sum reduce_max "
-    "reduce_min reduce_prod argmax argmin clamp round cumsum cumprod cummax cummin cumlogsumexp "
-    "reduce_precision iota add_any".split())
-GEMM_OPS = frozenset(["dot_general", "conv_general_dilated"])
-# Control flow with nested wire programs in params, priced from their bodies.
-LOOP_OPS = frozenset(["scan", "while", "cond"])
+# The primitive table's cost classes: index maps (free), data movement priced by the bytes it
+# touches on the vector unit's SRAM port, per-element vector work (reductions count input
+# elements), optical GEMMs, and control flow priced from its bodies.
+FREE_OPS, MOVE_OPS, VECTOR_OPS = names(cost="free"), names(cost="move"), names(cost="vector")
+GEMM_OPS, LOOP_OPS = names(cost="gemm"), names(cost="loop")
 # Idioms run as one fused vector kernel: per element, the ops of their decomposition, but one pass
 # over SRAM (attention adds its two batched GEMMs).
 IDIOMS: dict[str, dict[str, float]] = {
@@ -157,18 +139,14 @@ def program_cost(p: HardwareProfile, program: dict[str, Any]) -> OpCost:
 def _loop_cost(p: HardwareProfile, op: str, params: dict[str, Any]) -> OpCost:
     """scan: its body times its length. cond: the dearest branch (the predicate is data). while: the
     trip count is data, so one trip of condition and body is priced, a lower bound."""
+    parts = [program_cost(p, body) for body in nested_programs({"op": op, "params": params})]
     if op == "cond":
-        body, trips = max((program_cost(p, b["program"]) for b in params["branches"]),
-                          key=lambda c: c.time_s), 1
+        body, trips = max(parts, key=lambda c: c.time_s), 1
         time_s = body.time_s
     else:
-        if op == "scan":
-            body, trips = program_cost(p, params["jaxpr"]["program"]), int(params["length"])
-        else:
-            parts = [program_cost(p, params[k]["program"]) for k in ("cond_jaxpr", "body_jaxpr")]
-            body = OpCost("host", sum(c.time_s for c in parts), sum(c.energy_j for c in parts),
-                          sum(c.flops for c in parts), max(parts, key=lambda c: c.time_s).bound)
-            trips = 1
+        body = OpCost("host", sum(c.time_s for c in parts), sum(c.energy_j for c in parts),
+                      sum(c.flops for c in parts), max(parts, key=lambda c: c.time_s).bound)
+        trips = int(params["length"]) if op == "scan" else 1
         time_s = loop_cost(p, body.time_s, trips)
     # The operands and results cross HBM once; the kernel holding the loop prices that traffic.
     return OpCost("host", time_s, body.energy_j * trips, body.flops * trips, body.bound)

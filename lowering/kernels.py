@@ -17,6 +17,7 @@ from costmodel.formulas import Estimate, sum_estimates
 from costmodel.kernel_cost import VIEW_OPS, fused_estimate
 from costmodel.op_cost import Aval, OpCost, nbytes, op_cost
 from costmodel.profile import HardwareProfile
+from wire.primitives import GEMMS, nested_programs
 
 
 @dataclass(frozen=True)
@@ -278,14 +279,15 @@ def gemm_flops(program: dict[str, Any], profile: HardwareProfile) -> float:
     avals, total = avals_of(program), 0.0
     for eqn in program["eqns"]:
         op, params = eqn["op"], eqn.get("params") or {}
-        if op in ("dot_general", "conv_general_dilated"):
+        bodies = [gemm_flops(body, profile) for body in nested_programs(eqn)]
+        if op in GEMMS:
             total += eqn_cost(profile, eqn, avals).flops
         elif op == "scan":
-            total += int(params["length"]) * gemm_flops(params["jaxpr"]["program"], profile)
+            total += int(params["length"]) * sum(bodies)
         elif op == "cond":
-            total += max(gemm_flops(b["program"], profile) for b in params["branches"])
-        elif op == "while":
-            total += sum(gemm_flops(params[k]["program"], profile) for k in ("cond_jaxpr", "body_jaxpr"))
+            total += max(bodies)
+        else:
+            total += sum(bodies)
     return total
 
 

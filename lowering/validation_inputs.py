@@ -10,6 +10,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from wire.primitives import GEMMS
+
 TRIALS = 2  # input draws that must be able to tell before a program passes
 
 
@@ -22,7 +24,7 @@ def input_scales(program: dict[str, Any]) -> list[float]:
     index = {spec["name"]: k for k, spec in enumerate(program["inputs"])}
     scales = [1.0] * len(program["inputs"])
     for eqn in program["eqns"]:
-        if eqn["op"] not in ("dot_general", "conv_general_dilated") or len(eqn["in"]) != 2:
+        if eqn["op"] not in GEMMS or len(eqn["in"]) != 2:
             continue
         rhs = eqn["in"][1]
         if not isinstance(rhs, str) or rhs not in index:

@@ -138,6 +138,24 @@ for _op in REDUCE_OPS:
     ENCODERS[_op] = lambda T, a, p, t, op=_op: T.reduce(op, a[0], ivec(p["axes"]), t.intern(_rest(p, "axes")))
 
 
+def _output_unions(loaded: list[tuple[list[Term], list[tuple[str, frozenset[str]] | None]]]) -> list:
+    """Each program's output i unioned into the class `output(i)`, except an output that holds
+    another program's output i strictly below it (as `select(c, x, x)` holds `x`): that union
+    would put a node in its own operand's class, a cycle no extraction can use, on which fusion
+    rules inlining the class into itself grow the e-graph exponentially. The value below computes
+    the same with strictly less work, so nothing extractable is lost."""
+    unions = []
+    for tag, (terms, values) in enumerate(loaded):
+        for i, term in enumerate(terms):
+            mine = values[i]
+            holds_another = mine is not None and any(
+                theirs is not None and theirs[0] != mine[0] and theirs[0] in mine[1]
+                for other, (_, their_values) in enumerate(loaded) if other != tag for theirs in [their_values[i]])
+            if not holds_another:
+                unions.append(union(output(i)).with_(term))
+    return unions
+
+
 def _ungrouped_conv(eqn: dict[str, Any]) -> bool:
     """A convolution whose kernels can be concatenated along output features (no feature groups)."""
     params = eqn.get("params") or {}
@@ -315,15 +333,32 @@ def ingest(program: dict[str, Any], alternatives: Sequence[dict[str, Any]] = ())
                 concatenated.update(o["name"] for o in eqn["out"])
         return [env[o] if isinstance(o, str) else arg_term(o) for o in programs[tag]["outputs"]]
 
-    programs, envs, unions = [program, *alternatives], [], []
+    def output_values(tag: int) -> list[tuple[str, frozenset[str]] | None]:
+        """Per output of programs[tag]: its value (by first binding) and the values strictly below
+        it; None for a literal output."""
+        producers = {o["name"]: eqn for eqn in programs[tag]["eqns"] for o in eqn["out"]}
+        found = []
+        for out in programs[tag]["outputs"]:
+            if not isinstance(out, str):
+                found.append(None)
+                continue
+            below, stack = set(), [a for a in producers[out]["in"] if isinstance(a, str)] if out in producers else []
+            while stack:
+                name = stack.pop()
+                if first_binding[name] not in below:
+                    below.add(first_binding[name])
+                    stack += [a for a in producers[name]["in"] if isinstance(a, str)] if name in producers else []
+            found.append((first_binding[out], frozenset(below)))
+        return found
+
+    programs, envs, loaded_outputs = [program, *alternatives], [], []
     for tag in range(len(programs)):
         env.clear()
         env.update(leaves)
         levels.clear()
-        outputs = load_eqns(tag)
+        loaded_outputs.append((load_eqns(tag), output_values(tag)))
         envs.append(dict(env))
-        unions += [union(output(i)).with_(r) for i, r in enumerate(outputs)]
-    commands = [*lets, *analyses, *unions]
+    commands = [*lets, *analyses, *_output_unions(loaded_outputs)]
     if commands:  # an empty program has none, and egglog's register needs at least one
         egraph.register(*commands)
     return LoadedProgram(egraph, table, programs, len(program["outputs"]), envs)

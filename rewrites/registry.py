@@ -19,6 +19,10 @@ class NamedRule:
     rule: RewriteOrRule
     throttled: bool = False  # runs under egglog's back_off scheduler (commutativity, associativity)
 
+    def allowed_in(self, fp_mode: FpMode) -> bool:
+        """Exact rules run in both modes; real-arithmetic identities only where `real` allows them."""
+        return fp_mode == "real" or self.mode == "exact"
+
 
 class Family:
     """A rule family (one file under rewrites/): collects named rules as they are declared."""
@@ -32,8 +36,7 @@ class Family:
         self.rules.extend(NamedRule(name, self.name, mode, r, throttled) for r in rules)
 
     def ruleset(self, fp_mode: FpMode) -> Ruleset:
-        allowed = {"exact"} if fp_mode == "exact" else {"exact", "real"}
-        return ruleset(*(r.rule for r in self.rules if r.mode in allowed), name=f"{self.name}-{fp_mode}")
+        return ruleset(*(r.rule for r in self.rules if r.allowed_in(fp_mode)), name=f"{self.name}-{fp_mode}")
 
     @property
     def names(self) -> list[str]:

@@ -61,7 +61,7 @@ class Schedule:
 def _schedule(fp_mode: FpMode, without: frozenset[str] = frozenset(), label: str = "") -> Schedule:
     def combined(families, kind, throttled):
         return ruleset(*(r.rule for f in families for r in f.rules
-                         if (fp_mode == "real" or r.mode == "exact") and r.throttled == throttled
+                         if r.allowed_in(fp_mode) and r.throttled == throttled
                          and r.name not in without), name=f"{kind}-{fp_mode}{label}")
     return Schedule(fp_mode + label, combined(SINGLE_PATTERN, "single", False),
                     combined(MULTI_PATTERN, "multi", False), combined(SINGLE_PATTERN, "ac", True))

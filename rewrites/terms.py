@@ -12,15 +12,11 @@ import struct
 
 from egglog import Expr, String, StringLike, Vec, f64, f64Like, function, i64, i64Like
 
+from wire.primitives import names
 
-# Elementwise ops that map one array to one array of the same shape.
-UNARY_OPS = frozenset(
-    "neg exp exp2 log log1p expm1 tanh logistic sin cos tan sqrt rsqrt cbrt abs sign floor ceil "
-    "erf erfc erf_inv not is_finite square reciprocal copy stop_gradient".split()
-)
-# Elementwise ops of two operands (size-1 and rank-0 operands broadcast implicitly).
-BINARY_OPS = frozenset("add sub mul div max min pow rem atan2 nextafter eq ne lt le gt ge and or xor".split())
-REDUCE_OPS = frozenset(["reduce_sum", "reduce_max", "reduce_min"])
+# Primitives the language holds as typed unary, binary (size-1 and rank-0 operands broadcast
+# implicitly) and reduce terms, from the primitive table.
+UNARY_OPS, BINARY_OPS, REDUCE_OPS = names(term="unary"), names(term="binary"), names(term="reduce")
 
 
 class Term(Expr):

@@ -11,13 +11,13 @@ from typing import Any, Sequence
 import httpx
 
 from service.client import OptimizeError, optimize_program, validate_programs
-from service.settings import get_settings
+from service.http.settings import get_settings
 
 
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from service.app import create_app
+    from service.http.app import create_app
 
     settings = get_settings().model_copy(update={k: v for k, v in
                                                  (("host", args.host), ("port", args.port)) if v is not None})
@@ -63,7 +63,7 @@ def _optimize(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from service.translation_validation import EXIT_CODES
+    from service.optimizer.translation_validation import EXIT_CODES
 
     try:
         original, candidate = (_load_request(path)["program"] for path in (args.original, args.candidate))
@@ -132,7 +132,7 @@ def _sweep(args: argparse.Namespace) -> int:
             return 1
         result = reply.json()
     else:
-        from service.sweep import sweep
+        from service.optimizer.sweep import sweep
 
         result = sweep(body["program"], body["hardware"], params, body["options"])
     print(json.dumps(result, indent=2) if args.json else sweep_table(result))

@@ -14,9 +14,9 @@ import httpx
 import jax
 
 from lowering.precompute import PrecomputedProgram
-from service.api_models import (OptimizeResponse, count_equations, error_status,
-                                resolve_hardware)
-from service.settings import get_settings, request_options
+from service.http.api_models import count_equations, error_status, resolve_hardware
+from service.http.settings import get_settings, request_options
+from service.optimizer.response import OptimizeResponse
 from wire.capture import capture, capture_with_trees
 from wire.execute import program_to_callable
 
@@ -74,7 +74,7 @@ def optimize_program(program: dict[str, Any], *, server: str | None = None,
     body = {"program": program, "hardware": hardware, "options": options or None}
     if server is not None:
         return _post(server, body, timeout)
-    from service import pipeline  # in-process only: keeps the HTTP-only client light to import
+    from service.optimizer import pipeline  # in-process only: keeps the HTTP-only client light to import
 
     # Through JSON, as a server would see it, so both paths optimize identical data.
     body = json.loads(json.dumps(body))
@@ -97,7 +97,7 @@ def validate_programs(original: dict[str, Any], candidate: dict[str, Any], *, se
     body = {"original": original, "candidate": candidate, "fp_mode": fp_mode, "seed": seed}
     if server is not None:
         return _post(server, body, timeout, "/v1/validate")
-    from service import translation_validation  # in-process only, as for optimize
+    from service.optimizer import translation_validation  # in-process only, as for optimize
 
     with _client_errors("validate"):
         return translation_validation.validate_programs(original, candidate, fp_mode, seed)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from service.devserver import free_port, stop
+from service.http.devserver import free_port, stop
 
 REPO = Path(__file__).resolve().parents[1]
 DOCKERFILE = REPO / "Dockerfile"
@@ -83,6 +83,7 @@ def _hadolint() -> str | None:
 
 # --- static checks -------------------------------------------------------------------------------
 
+@pytest.mark.integration
 def test_hadolint_finds_nothing():
     binary = _hadolint()
     if binary is None:
@@ -176,6 +177,7 @@ def _wheel_command() -> list[str]:
     return shlex.split(line)
 
 
+@pytest.mark.integration
 def test_the_builders_pip_wheel_builds_a_wheel_with_profiles_and_console_script(tmp_path):
     command = _wheel_command()
     assert command[:4] == ["pip", "wheel", "--no-deps", "--wheel-dir"] and command[-1] == "."
@@ -188,10 +190,11 @@ def test_the_builders_pip_wheel_builds_a_wheel_with_profiles_and_console_script(
         names = set(zf.namelist())
         entry_points = next(zf.read(n).decode() for n in names if n.endswith("entry_points.txt"))
     assert "costmodel/profiles/optu-v1.toml" in names
-    assert {"service/app.py", "service/cli.py", "rewrites/__init__.py", "lowering/__init__.py"} <= names
+    assert {"service/http/app.py", "service/cli.py", "rewrites/__init__.py", "lowering/__init__.py"} <= names
     assert re.search(r"^optu = service\.cli:main$", entry_points, re.M)
 
 
+@pytest.mark.integration
 def test_entry_point_starts_and_the_healthcheck_passes():
     optu = Path(sys.executable).parent / "optu"
     if not optu.exists():

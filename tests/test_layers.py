@@ -1,10 +1,15 @@
-"""The packages are layers, bottom to top: wire < rewrites < costmodel < lowering < service. A lower
-layer never imports a higher one; import-linter checks the contract in pyproject.toml."""
+"""The packages are layers, bottom to top: wire < rewrites < costmodel < lowering <
+service.optimizer < service.http < service.client < service.cli. A lower layer never imports a
+higher one; import-linter checks the contract in pyproject.toml."""
 from __future__ import annotations
+
+import pytest
 
 import subprocess
 import sys
 from pathlib import Path
+
+pytestmark = pytest.mark.integration  # a real server or subprocess
 
 REPO = Path(__file__).resolve().parent.parent
 LINT = Path(sys.executable).parent / "lint-imports"

@@ -7,11 +7,12 @@ import enum
 import math
 from typing import Any
 
+import jax.extend.core as jex
 import numpy as np
 from jax import lax
-import jax.extend.core as jex
 
 from wire.format import WireError, parse_dtype
+from wire.primitives import PRIMITIVES
 
 # Enum and struct classes a client may name; never resolve a client-sent name any other way.
 ENUMS: dict[str, type[enum.Enum]] = {
@@ -22,18 +23,9 @@ STRUCTS: dict[str, type] = {
     c.__name__: c for c in (lax.GatherDimensionNumbers, lax.ScatterDimensionNumbers,
                             lax.ConvDimensionNumbers, lax.DotAlgorithm)}
 
-# Params JAX 0.10 requires but that are almost always None (placement, accuracy hints), filled
-# in when a hand-written program omits them so writers need not track JAX's param churn.
-NONE_DEFAULTS: dict[str, tuple[str, ...]] = {
-    **{p: ("accuracy",) for p in ("cbrt", "cos", "exp", "exp2", "expm1", "log", "log1p",
-                                  "logistic", "rsqrt", "sin", "sqrt", "tan", "tanh")},
-    "mul": ("out_dtype",),
-    **{p: ("sharding",) for p in ("broadcast_in_dim", "convert_element_type", "iota")},
-    "reshape": ("dimensions", "sharding"),
-    **{p: ("out_sharding", "precision", "preferred_element_type")
-       for p in ("dot_general", "conv_general_dilated")},
-    "reduce_sum": ("out_sharding",),
-}
+# Params JAX requires but that are almost always None (placement, accuracy hints), filled in when a
+# hand-written program omits them so writers need not track JAX's param churn.
+NONE_DEFAULTS: dict[str, tuple[str, ...]] = {p.name: p.none_params for p in PRIMITIVES.values() if p.none_params}
 
 
 def strip_none_defaults(prim_name: str, params: dict[str, Any]) -> dict[str, Any]:

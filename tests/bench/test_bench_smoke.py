@@ -20,10 +20,12 @@ from service import cli
 from wire.capture import capture
 from wire.execute import program_to_callable
 
+pytestmark = pytest.mark.integration  # a real server or subprocess
+
 QUICK = ["mlp2", "matmul_chain", "rnn_unrolled"]
 
 
-def test_the_registry_holds_the_zoo_and_the_issue_workloads():
+def test_the_registry_holds_the_zoo_and_the_held_out_workloads():
     assert set(SMALL) | set(LARGE) == set(MODELS) and len(MODELS) >= 12
     for name in ("bert_1_layer", "bert_12_layers", "gpt_decode_step", "grouped_query_attention",
                  "mlp_mixer_block", "nasrnn", "lstm_scan_large", "resnext_block", "mlp_train_step_large",

@@ -22,6 +22,7 @@ def measured():
     return calibrate(seconds_budget=1.0)
 
 
+@pytest.mark.slow  # times real probes on this machine
 def test_tiny_calibration_writes_a_loadable_plausible_profile(measured, tmp_path):
     shipped = (PROFILES_DIR / "cpu-host.toml").read_bytes()
     path = write_cpu_host_profile(measured, tmp_path / "cpu-host.toml")
@@ -40,6 +41,7 @@ def test_tiny_calibration_writes_a_loadable_plausible_profile(measured, tmp_path
     assert profile.vector.weight("exp") > profile.vector.weight("add")  # a transcendental costs more
 
 
+@pytest.mark.slow  # times real probes on this machine
 def test_calibration_writes_the_optional_terms(measured, tmp_path):
     profile = load_profile(str(write_cpu_host_profile(measured, tmp_path / "p.toml")))
     assert profile.memory.cache_bytes > 0 and profile.memory.cache_bw_bytes_per_s > 0
@@ -50,6 +52,7 @@ def test_calibration_writes_the_optional_terms(measured, tmp_path):
     assert measured["xla_flags"] == cal.MEASUREMENT_XLA_FLAGS
 
 
+@pytest.mark.slow  # times real probes on this machine
 def test_every_number_in_the_written_profile_is_labelled(measured, tmp_path):
     profile = load_profile(str(write_cpu_host_profile(measured, tmp_path / "p.toml")))
     assert unlabelled(profile) == []

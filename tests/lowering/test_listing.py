@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
-from service.pipeline import optimize
+from service.optimizer.pipeline import optimize
 from wire.capture import capture
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -12,6 +12,8 @@ from bench.models.registry import SMALL, capture_model
 from bench.mutants import mutants, mutation_score, observably_equivalent
 from service.client import optimize_program
 
+pytestmark = pytest.mark.slow  # whole programs through the pipeline
+
 
 @pytest.mark.parametrize("name", SMALL)
 def test_no_wrong_mutant_passes_and_nearly_all_fail(name):

@@ -9,9 +9,11 @@ import pytest
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
 from lowering.compare import output_error, tolerance_for
 from lowering.runnable import KernelRunner
-from service.pipeline import optimize
+from service.optimizer.pipeline import optimize
 from wire.capture import capture
 from wire.execute import program_to_callable
+
+pytestmark = pytest.mark.slow  # whole programs through the pipeline
 
 
 @pytest.mark.parametrize("name", sorted(ZOO))

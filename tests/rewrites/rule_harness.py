@@ -19,7 +19,7 @@ from rewrites.ingest import LoadedProgram, ingest
 from rewrites.registry import Family, FpMode
 from rewrites.schedule import Budget, SaturationReport, Schedule, saturate
 from rewrites.terms import Term, dtype, float_bits, ivec, output, shape
-from service.pipeline import optimize
+from service.optimizer.pipeline import optimize
 from wire.capture import capture
 from wire.execute import program_to_callable, typecheck
 from wire.format import WireError
@@ -51,7 +51,7 @@ def _ruleset(family: Family, fp_mode: FpMode, only: frozenset[str] | None) -> Ru
         return family.ruleset(fp_mode)
     keep = only | ANALYSIS_RULES
     rules = [r.rule for r in family.rules
-             if r.name in keep and (fp_mode == "real" or r.mode == "exact")]
+             if r.name in keep and r.allowed_in(fp_mode)]
     if not rules:
         return None
     return ruleset(*rules, name=f"harness-{family.name}-{fp_mode}-{'+'.join(sorted(only))}")

@@ -8,22 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax import lax
-from rule_harness import (
-    ANALYSIS_RULES,
-    RuleCase,
-    check_exact_keeps_bits,
-    check_real_only,
-    check_sound_and_proven,
-    one_shape,
-    optimized_matches,
-    proves_equal,
-    random_args,
-    rule_mode,
-    seeds,
-)
+from rule_harness import (ANALYSIS_RULES, RuleCase, check_exact_keeps_bits, check_real_only, check_sound_and_proven,
+                          one_shape, optimized_matches, proves_equal, random_args, rule_mode, seeds)
 
 from rewrites.algebra import ALGEBRA
-from service.pipeline import optimize
+from service.optimizer.pipeline import optimize
 from wire.capture import capture
 
 
@@ -93,6 +82,7 @@ def test_every_algebra_rule_has_a_case():
     assert ANALYSIS_RULES & set(ALGEBRA.names) == {"positive-exp", "literal-value-of-folded", "literal-as-value"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
 @settings(max_examples=10, deadline=None)
 @given(data=st.data(), seed=seeds)
@@ -100,6 +90,7 @@ def test_rule_is_sound_in_float64_and_proves_its_goal(name, data, seed):
     check_sound_and_proven(ALGEBRA, name, CASES[name], data, seed)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", EXACT)
 @settings(max_examples=3, deadline=None)
 @given(data=st.data(), seed=seeds)
@@ -108,6 +99,7 @@ def test_exact_rule_keeps_float32_bits_through_the_pipeline(name, data, seed):
     assert len(response["program"]["eqns"]) <= rhs_size
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", REAL)
 @settings(max_examples=3, deadline=None)
 @given(data=st.data(), seed=seeds)

@@ -6,10 +6,12 @@ import operator
 
 import numpy as np
 import pytest
-
-from service.pipeline import optimize
-from wire.capture import capture
 from rule_harness import VALIDATED
+
+from service.optimizer.pipeline import optimize
+from wire.capture import capture
+
+pytestmark = pytest.mark.slow  # whole programs through the pipeline
 
 TERMS = [np.full((4,), i / 200, np.float32) for i in range(200)]
 SUM = capture(lambda *xs: functools.reduce(operator.add, xs), *TERMS)  # 199 chained adds

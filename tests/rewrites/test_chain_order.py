@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rule_harness import VALIDATED
 
 from costmodel.egraph_view import view_egraph
 from costmodel.extract import extract_greedy_dag
@@ -19,9 +20,8 @@ from lowering.validate import validate
 from rewrites.chain_order import cheapest_order, find_chains, orders_every_matmul, seed_chain_orders
 from rewrites.ingest import ingest
 from rewrites.schedule import NO_RULES, Budget, saturate
-from service.pipeline import optimize
+from service.optimizer.pipeline import optimize
 from wire.capture import capture
-from rule_harness import VALIDATED
 
 PROFILE = load_profile("optu-v1")
 DIMS = [2048, 16, 2048, 16, 2048, 8, 1024, 4, 512]  # left to right makes 2048 x 2048 products

@@ -17,6 +17,8 @@ from rewrites.idioms import IDIOMS
 from rewrites.layout import LAYOUT
 from wire.execute import program_to_callable
 
+pytestmark = pytest.mark.slow  # whole programs through the pipeline
+
 SQRT8 = np.float32(np.sqrt(8))
 
 

@@ -193,6 +193,19 @@ def test_an_alternative_shares_the_classes_of_what_it_computes_alike_and_keeps_i
         assert {c.origins.get(2) for c in view.classes.values() if c.origins.get(0) == 0} == {0}
 
 
+def test_an_output_holding_anothers_strictly_below_it_is_not_unioned_into_a_cycle():
+    # select(c, y, y) and y: one class would hold a node over itself, and fusion rules inlining
+    # the class into itself would grow it without end
+    x = F(3)
+    same = capture(lambda x: lax.select(x > 0, x * 2.0, x * 2.0), x)
+    below, added = capture(lambda x: x * 2.0, x), capture(lambda x: x + x, x)
+    with ingest(same, [below, added]) as loaded:
+        view = view_egraph(loaded.egraph)
+        assert not [n for c in view.classes.values() for n in c.nodes if c.id in n.children]
+        root = view.classes[view.roots[0]]
+        assert sorted(n.op for n in root.nodes) == ["binary", "binary"]  # x * 2 and x + x, no select
+
+
 def test_multi_output_opaque_is_emitted_once():
     x, y = F(3, 4), F(3, 4)
     program = capture(lambda x, y: lax.sort((x, y), num_keys=1), x, y)

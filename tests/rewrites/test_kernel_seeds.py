@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from rule_harness import VALIDATED
 
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
 from costmodel.egraph_view import view_egraph
@@ -20,9 +21,10 @@ from lowering.validate import validate
 from rewrites.ingest import ingest
 from rewrites.kernel_seeds import seed_kernels
 from rewrites.schedule import FUSION_ONLY, Budget, saturate
-from service.pipeline import optimize
+from service.optimizer.pipeline import optimize
 from wire.capture import capture
-from rule_harness import VALIDATED
+
+pytestmark = pytest.mark.slow  # whole programs through the pipeline
 
 PROFILE = load_profile("optu-v1")
 RNG = np.random.default_rng(1)

@@ -9,32 +9,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax import lax
-from rule_harness import (
-    ANALYSIS_RULES,
-    RTOL,
-    RuleCase,
-    check_exact_keeps_bits,
-    check_real_only,
-    check_rule_numerics,
-    check_sound_and_proven,
-    ill_typed_nodes,
-    optimized_matches,
-    proves_equal,
-    proves_terms_equal,
-    random_args,
-    rule_mode,
-    saturate_fn,
-    saturate_program,
-    seeds,
-    typed,
-)
+from rule_harness import (ANALYSIS_RULES, RTOL, RuleCase, check_exact_keeps_bits, check_real_only, check_rule_numerics,
+                          check_sound_and_proven, ill_typed_nodes, optimized_matches, proves_equal, proves_terms_equal,
+                          random_args, rule_mode, saturate_fn, saturate_program, seeds, typed)
 
 from rewrites.algebra import ALGEBRA
 from rewrites.layout import LAYOUT
 from rewrites.matmul import MATMUL
 from rewrites.registry import Family
 from rewrites.terms import Term, ivec
-from service.pipeline import optimize
+from service.optimizer.pipeline import optimize
 from wire.capture import capture
 
 MAX_RANK = 6
@@ -251,6 +235,7 @@ def test_every_layout_rule_has_a_case():
     assert {n for n in LAYOUT.names if rule_mode(LAYOUT, n) == "real"} == REAL_RULES
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
 @settings(max_examples=10, deadline=None)
 @given(data=st.data(), seed=seeds)
@@ -258,6 +243,7 @@ def test_rule_is_sound_in_float64_and_proves_its_goal(name, data, seed):
     check_sound_and_proven(GOAL_FAMILY.get(name, LAYOUT), name, CASES[name], data, seed)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(set(CASES) - REAL_RULES))
 @settings(max_examples=3, deadline=None)
 @given(data=st.data(), seed=seeds)
@@ -266,6 +252,7 @@ def test_exact_rule_keeps_float32_bits_through_the_pipeline(name, data, seed):
     assert len(response["program"]["eqns"]) <= rhs_size
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(REAL_RULES - OWN_REAL_TEST))
 @settings(max_examples=3, deadline=None)
 @given(data=st.data(), seed=seeds)

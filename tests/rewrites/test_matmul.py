@@ -9,26 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax import lax
-from rule_harness import (
-    VALIDATED,
-    ANALYSIS_RULES,
-    RuleCase,
-    check_real_only,
-    check_sound_and_proven,
-    dims,
-    ill_typed_nodes,
-    normwise_error,
-    optimized_matches,
-    proves_equal,
-    random_args,
-    rule_mode,
-    saturate_fn,
-    seeds,
-)
+from rule_harness import (ANALYSIS_RULES, VALIDATED, RuleCase, check_real_only, check_sound_and_proven, dims,
+                          ill_typed_nodes, normwise_error, optimized_matches, proves_equal, random_args, rule_mode,
+                          saturate_fn, seeds)
 
 from rewrites.layout import LAYOUT
 from rewrites.matmul import MATMUL
-from service.pipeline import optimize
+from service.optimizer.pipeline import optimize
 from wire.capture import capture
 
 chain = st.tuples(dims(), dims(), dims(), dims()).map(lambda d: ([d[:2], d[1:3], d[2:]], {}))
@@ -93,6 +80,7 @@ def test_every_matmul_rule_has_a_case():
     assert all(rule_mode(MATMUL, n) == "real" for n in MATMUL.names)  # all reorder float sums
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
 @settings(max_examples=10, deadline=None)
 @given(data=st.data(), seed=seeds)
@@ -100,6 +88,7 @@ def test_rule_is_sound_in_float64_and_proves_its_goal(name, data, seed):
     check_sound_and_proven(MATMUL, name, CASES[name], data, seed)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
 @settings(max_examples=3, deadline=None)
 @given(data=st.data(), seed=seeds)

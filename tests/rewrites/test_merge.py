@@ -9,26 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax import lax
-from rule_harness import (
-    VALIDATED,
-    ANALYSIS_RULES,
-    RuleCase,
-    check_real_only,
-    check_sound_and_proven,
-    dims,
-    ill_typed_nodes,
-    nodes,
-    optimized_matches,
-    proves_equal,
-    random_args,
-    saturate_fn,
-    seeds,
-    var_leaves,
-)
+from rule_harness import (ANALYSIS_RULES, VALIDATED, RuleCase, check_real_only, check_sound_and_proven, dims,
+                          ill_typed_nodes, nodes, optimized_matches, proves_equal, random_args, saturate_fn, seeds,
+                          var_leaves)
 
 from rewrites.merge import MERGE
 from rewrites.schedule import Budget
-from service.pipeline import optimize
+from service.optimizer.pipeline import optimize
 from wire.capture import capture
 
 
@@ -94,6 +81,7 @@ def test_every_merge_rule_has_a_case():
     assert set(CASES) == set(MERGE.names) - ANALYSIS_RULES
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
 @settings(max_examples=10, deadline=None)
 @given(data=st.data(), seed=seeds)
@@ -101,6 +89,7 @@ def test_rule_is_sound_in_float64_and_proves_its_goal(name, data, seed):
     check_sound_and_proven(MERGE, name, CASES[name], data, seed)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
 @settings(max_examples=3, deadline=None)
 @given(data=st.data(), seed=seeds)

@@ -6,13 +6,15 @@ import functools
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from rule_harness import VALIDATED
 
 from costmodel.kernel_cost import NODE_EPSILON_S, fused_estimate
 from costmodel.op_cost import nbytes, op_cost
 from costmodel.profile import load_profile
-from service.pipeline import optimize
+from service.optimizer.pipeline import optimize
 from wire.capture import capture
-from rule_harness import VALIDATED
+
+pytestmark = pytest.mark.slow  # whole programs through the pipeline
 
 PROFILE = load_profile("optu-v1")
 DOT = {"dimension_numbers": [[[1], [0]], [[], []]]}

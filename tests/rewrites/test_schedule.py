@@ -2,8 +2,8 @@
 name family rules."""
 from __future__ import annotations
 
-import pytest
 import jax.numpy as jnp
+import pytest
 from rule_harness import ill_typed_nodes, random_args, saturate_program
 
 from rewrites.algebra import ALGEBRA
@@ -12,7 +12,7 @@ from rewrites.layout import LAYOUT
 from rewrites.matmul import MATMUL
 from rewrites.merge import MERGE
 from rewrites.schedule import ALL_FAMILIES, NO_RULES, SCHEDULES, Budget, saturate, term_enodes
-from service.pipeline import optimize
+from service.optimizer.pipeline import optimize
 from wire.capture import capture
 
 FAMILY_RULES = {n for f in (ALGEBRA, LAYOUT, MATMUL, MERGE) for n in f.names}

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.devserver import running_server
+from service.http.devserver import running_server
 
 
 @pytest.fixture(scope="session")

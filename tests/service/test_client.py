@@ -15,6 +15,8 @@ from service.client import OptimizeError, jit, optimize
 from wire.capture import capture
 from wire_examples import VALIDATED
 
+pytestmark = pytest.mark.integration  # a real server or subprocess
+
 ESTIMATES = {"naive", "baseline", "optimized", "speedup_vs_baseline", "lower_bound"}
 
 

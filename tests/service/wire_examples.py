@@ -1,5 +1,7 @@
-"""Small hand-written wire programs shared by the service tests."""
+"""Small hand-written wire programs shared by the service tests, and a helper to respell them."""
 from __future__ import annotations
+
+import json
 
 # Verdicts that let a result be used: checked and found equal, or the same computation (nothing run).
 VALIDATED = ("passed", "identical")
@@ -28,3 +30,8 @@ NEGATE = {
     "eqns": [{"op": "neg", "in": ["a"], "out": [{"name": "b", "shape": [4], "dtype": "float32"}]}],
     "outputs": ["b"],
 }
+
+
+def renamed(program: dict, old: str, new: str) -> dict:
+    """`program` with variable `old` spelled `new` everywhere."""
+    return json.loads(json.dumps(program).replace(f'"{old}"', f'"{new}"'))

@@ -1,0 +1,65 @@
+"""Run the real service in a subprocess on a free loopback port: what the live-server tests and
+the load benchmark share."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def running_server(settings: dict[str, str] | None = None, *, ready_path: str = "/healthz",
+                   timeout_s: float = 60.0, drop: tuple[str, ...] = (),
+                   quiet: bool = False) -> Iterator[tuple[str, subprocess.Popen]]:
+    """(url, process) of `uvicorn service.http.app:app` with extra OPTU_* `settings` (and the variables
+    in `drop` removed), once `ready_path` answers 200; stopped on exit. Importing JAX in a cold
+    process (and in each spawned worker) takes seconds, hence the generous timeout."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env.update({"PYTHONPATH": str(REPO_ROOT), **(settings or {})})
+    output = subprocess.DEVNULL if quiet else None
+    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "service.http.app:app", "--host", "127.0.0.1",
+                             "--port", str(port), "--log-level", "warning"],
+                            cwd=REPO_ROOT, env=env, stdout=output, stderr=output)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited with code {proc.returncode} before {ready_path} answered")
+            try:
+                if httpx.get(url + ready_path, timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"server did not answer {ready_path} within {timeout_s:.0f} s")
+            time.sleep(0.2)
+        yield url, proc
+    finally:
+        stop(proc)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Terminate a server process, killing it if it does not exit within 15 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -1,0 +1,38 @@
+"""Request options of /v1/optimize (pydantic, so the OpenAPI schema documents them)."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# What the optimizer uses where a request leaves a limit unset; a server may set its own defaults
+# and caps (service/http/settings.py) and passes the options it resolved.
+DEFAULT_TIME_LIMIT_S = 10.0
+DEFAULT_NODE_LIMIT = 50_000
+
+
+class OptimizeOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    time_limit_s: float | None = Field(None, gt=0, description="saturation budget; server default and maximum apply")
+    node_limit: int | None = Field(None, gt=0, description="stop saturating beyond this many e-nodes")
+    iter_limit: int = Field(12, ge=0, description="saturation iterations")
+    extraction: Literal["auto", "greedy", "ilp"] = Field(
+        "auto", description="greedy-DAG, exact ILP (HiGHS, warm-started from greedy), or auto: the ILP when "
+                            "the e-graph is small enough to finish within the time limit")
+    fp_mode: Literal["exact", "real"] = Field(
+        "real", description="exact: only rewrites exact in IEEE arithmetic; real: identities of real numbers")
+    validate_result: bool = Field(True, alias="validate", description="check optimized vs original numerically")
+    rules: bool = Field(True, description="false: round-trip through the e-graph with no rewrites")
+
+    @classmethod
+    def coerce(cls, options: OptimizeOptions | dict | None) -> OptimizeOptions:
+        """`options` as given, a dict validated, None the defaults."""
+        return options if isinstance(options, cls) else cls.model_validate(options or {})
+
+    def resolved(self) -> OptimizeOptions:
+        """These options with every unset limit at the optimizer's default: what a search runs
+        with, and what a request's id hashes (so leaving a limit unset and giving its default name
+        the same request)."""
+        return self.model_copy(update={"time_limit_s": self.time_limit_s or DEFAULT_TIME_LIMIT_S,
+                                       "node_limit": self.node_limit or DEFAULT_NODE_LIMIT})

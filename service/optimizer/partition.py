@@ -1,0 +1,209 @@
+"""Piecewise search of programs that repeat themselves (an encoder's layers): the program is cut
+where a single value is live, pieces of the same structure are searched once, and the results are
+stitched back, renamed per piece.
+
+Cutting loses only what a rewrite or a kernel could gain across a cut. Merges are the rewrites that
+span far (two GEMMs sharing an operand), so a program is cut only when no program input is a GEMM
+operand in two pieces (an RNN's shared weights, for one, keep it whole). Pieces of the same
+structure read the same kinds of values in the same places, so one search serves them all.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from costmodel.extract import Extraction
+from costmodel.kernel_cost import VIEW_OPS
+from lowering.regions import region_signature
+from rewrites.schedule import SaturationReport
+from service.optimizer.search import Search
+from wire.primitives import GEMMS
+
+MIN_PROGRAM_EQNS = 200  # smaller programs search whole in well under a second
+MIN_PIECE_EQNS = 20  # cuts closer than this are merged: tiny pieces lose fusion for nothing
+LAYOUT_OPS = VIEW_OPS | {"transpose", "convert_element_type"}  # a GEMM operand seen through these is its source
+
+
+@dataclass
+class Piece:
+    """Equations `start..stop` of the program; the names it reads from outside (earlier pieces,
+    program inputs) and the consts it reads, each in order of first use; the names it produces
+    that later pieces or the program outputs read, in order."""
+
+    start: int
+    stop: int
+    inputs: list[str]
+    consts: list[str]
+    outputs: list[str]
+    program: dict[str, Any]  # the piece as a wire program of its own
+    signature: str
+
+
+def find_pieces(program: dict[str, Any]) -> list[Piece] | None:
+    """The pieces of `program`, or None when it should be searched whole (small, no repetition,
+    or a GEMM operand shared across pieces)."""
+    eqns = program["eqns"]
+    if len(eqns) < MIN_PROGRAM_EQNS:
+        return None
+    bounds = _cuts(program)
+    if len(bounds) < 3:
+        return None
+    pieces = [_piece(program, start, stop) for start, stop in zip([0, *bounds], [*bounds, len(eqns)])]
+    signatures = [p.signature for p in pieces]
+    if len(set(signatures)) == len(signatures):
+        return None  # nothing repeats: one search of the whole does as well
+    gemm_inputs: dict[str, int] = {}
+    inputs = {s["name"] for s in program["inputs"]}
+    source = _layout_sources(eqns)
+    for k, piece in enumerate(pieces):
+        for e in eqns[piece.start:piece.stop]:
+            for a in (e["in"] if e["op"] in GEMMS else ()):
+                a = source.get(a, a) if isinstance(a, str) else a
+                if isinstance(a, str) and a in inputs and gemm_inputs.setdefault(a, k) != k:
+                    return None  # a merge across pieces could pay
+    return pieces
+
+
+def _layout_sources(eqns: list[dict[str, Any]]) -> dict[str, str]:
+    """For a value made from one other by layout ops only (a transposed weight), that value."""
+    source: dict[str, str] = {}
+    for e in eqns:
+        operands = [a for a in e["in"] if isinstance(a, str)]
+        if e["op"] in LAYOUT_OPS and len(operands) == 1 and len(e["out"]) == 1:
+            source[e["out"][0]["name"]] = source.get(operands[0], operands[0])
+    return source
+
+
+def _cuts(program: dict[str, Any]) -> list[int]:
+    """Equation indices a piece may start at: one value live across, no consumer of it that greedy
+    fusion would put in its producer's kernel, pieces >= MIN_PIECE_EQNS."""
+    eqns, outputs = program["eqns"], {o for o in program["outputs"] if isinstance(o, str)}
+    last_use: dict[str, int] = {}
+    readers: dict[str, list[int]] = {}
+    for i, e in enumerate(eqns):
+        for a in e["in"]:
+            if isinstance(a, str):
+                last_use[a] = i
+                readers.setdefault(a, []).append(i)
+    produced_at = {o["name"]: i for i, e in enumerate(eqns) for o in e["out"]}
+    # activations are live until read for the last time (as a layer's output would be); weights are not
+    live = {s["name"] for s in program["inputs"] if s.get("role") != "weight" and s["name"] in last_use}
+    cuts, previous = [], 0
+    for i, e in enumerate(eqns):
+        live -= {a for a in e["in"] if isinstance(a, str) and last_use[a] == i}
+        live |= {o["name"] for o in e["out"] if o["name"] in outputs or last_use.get(o["name"], i) > i}
+        if len(live) == 1 and i + 1 - previous >= MIN_PIECE_EQNS and len(eqns) - (i + 1) >= MIN_PIECE_EQNS \
+                and _ends_a_kernel(next(iter(live)), i, eqns, readers, produced_at):
+            cuts.append(previous := i + 1)
+    return cuts
+
+
+def _ends_a_kernel(value: str, cut: int, eqns: list[dict], readers: dict[str, list[int]],
+                   produced_at: dict[str, int]) -> bool:
+    """Whether greedy fusion would end `value`'s kernel anyway: each reader (seen through views)
+    is a GEMM, which starts a kernel, or also reads a value computed after the cut (not a view of
+    an input), whose kernel it would join instead."""
+    def computed_after_cut(name: str) -> bool:
+        while name in produced_at and eqns[produced_at[name]]["op"] in VIEW_OPS:
+            name = eqns[produced_at[name]]["in"][0]
+        return produced_at.get(name, -1) >= cut
+
+    stack = list(readers.get(value, []))
+    while stack:
+        e = eqns[stack.pop()]
+        if e["op"] in VIEW_OPS:
+            stack.extend(readers.get(e["out"][0]["name"], []))
+        elif e["op"] not in GEMMS and not any(isinstance(a, str) and a != value and computed_after_cut(a)
+                                               for a in e["in"]):
+            return False
+    return True
+
+
+def _piece(program: dict[str, Any], start: int, stop: int) -> Piece:
+    eqns = program["eqns"][start:stop]
+    specs = {s["name"]: s for s in program["inputs"]}
+    specs.update((o["name"], o) for e in program["eqns"][:start] for o in e["out"])
+    consts = {c["name"]: c for c in program.get("consts", [])}
+    produced = {o["name"] for e in eqns for o in e["out"]}
+    read = list(dict.fromkeys(a for e in eqns for a in e["in"] if isinstance(a, str) and a not in produced))
+    later = {a for e in program["eqns"][stop:] for a in e["in"] if isinstance(a, str)}
+    later |= {o for o in program["outputs"] if isinstance(o, str)}
+    outputs = [o["name"] for e in eqns for o in e["out"] if o["name"] in later]
+    inputs = [n for n in read if n not in consts]
+    sub = {"format": program["format"],
+           "inputs": [{"name": n, "shape": specs[n]["shape"], "dtype": specs[n]["dtype"],
+                       **({"role": specs[n]["role"]} if specs[n].get("role") else {})} for n in inputs],
+           "consts": [consts[n] for n in read if n in consts], "eqns": eqns, "outputs": outputs}
+    roles = [s.get("role") == "weight" for s in sub["inputs"]]
+    return Piece(start, stop, inputs, [n for n in read if n in consts], outputs, sub,
+                 region_signature(sub) + repr(roles))
+
+
+def search_pieces(program: dict[str, Any], pieces: list[Piece], search_one: Callable[[dict], Search]) -> Search:
+    """Search each distinct piece once and stitch the results into one Search of `program`."""
+    done: dict[str, tuple[Piece, Search]] = {}
+    for piece in pieces:
+        if piece.signature not in done:
+            done[piece.signature] = (piece, search_one(piece.program))
+    searches = [s for _, s in done.values()]
+    first = searches[0]
+    combined = replace(first, saturation=_combined_reports([s.saturation for s in searches]),
+                       fusion=_combined_reports([s.fusion for s in searches]),
+                       algebra=_combined_extractions([s.algebra for s in searches]),
+                       extraction=_combined_extractions([s.extraction for s in searches]),
+                       egraph={k: sum(s.egraph[k] for s in searches) for k in first.egraph},
+                       seeded_kernels=sum(s.seeded_kernels for s in searches),
+                       pieces={"pieces": len(pieces), "searched": len(done)},
+                       searched_pieces=[(piece.program, found.candidate) for piece, found in done.values()])
+    if any(s.cycle for s in searches):
+        return replace(combined, candidate=None, cycle=next(s.cycle for s in searches if s.cycle))
+    candidate, groups = _stitch(program, pieces, done, lambda s: (s.candidate, s.groups))
+    algebraic, _ = _stitch(program, pieces, done, lambda s: (s.algebraic, []))
+    return replace(combined, candidate=candidate, groups=groups, algebraic=algebraic)
+
+
+def _combined_reports(reports: list[SaturationReport]) -> SaturationReport:
+    """One saturation report for the searched pieces: counts add, the first budget hit wins."""
+    fired: Counter = Counter()
+    for r in reports:
+        fired.update(r.rules_fired)
+    stop = next((r.stop_reason for r in reports if r.stop_reason != "saturated"), "saturated")
+    return SaturationReport(max(r.iterations for r in reports), sum(r.enodes for r in reports), stop,
+                            dict(sorted(fired.items())), sum(r.time_s for r in reports),
+                            max(r.fusion_rounds for r in reports))
+
+
+def _combined_extractions(extractions: list[Extraction]) -> Extraction:
+    """The pieces' extractions as one: costs add (per searched piece), methods listed."""
+    methods = sorted({e.method for e in extractions})
+    return Extraction({}, sum(e.cost for e in extractions), "+".join(methods),
+                      sum(e.candidates or 0 for e in extractions))
+
+
+def _stitch(program: dict[str, Any], pieces: list[Piece], done: dict[str, tuple[Piece, Search]],
+            part: Callable[[Search], tuple[dict, list[list[int]]]]) -> tuple[dict[str, Any], list[list[int]]]:
+    """The whole program from each piece's searched program, renamed: its inputs, consts and
+    outputs to the piece's names in `program`, everything else made unique per piece."""
+    alias: dict[str, Any] = {}  # a piece output its program returns as an input or literal
+    eqns: list[dict[str, Any]] = []
+    groups: list[list[int]] = []
+    for k, piece in enumerate(pieces):
+        model, found = done[piece.signature]
+        searched, searched_groups = part(found)
+        names = dict(zip(model.inputs, (alias.get(n, n) for n in piece.inputs)))
+        names.update(zip(model.consts, piece.consts))
+        rename = lambda n: names.get(n, f"p{k}_{n}")
+        produced = {o["name"] for e in searched["eqns"] for o in e["out"]}
+        for out, mine in zip(searched["outputs"], piece.outputs):
+            if isinstance(out, str) and out in produced and out not in names:
+                names[out] = mine
+            else:  # an input, a literal or a value returned twice: later readers use what it is
+                alias[mine] = rename(out) if isinstance(out, str) else out
+        offset = len(eqns)
+        eqns += [{**e, "in": [rename(a) if isinstance(a, str) else a for a in e["in"]],
+                  "out": [{**o, "name": rename(o["name"])} for o in e["out"]]} for e in searched["eqns"]]
+        groups += [[offset + i for i in g] for g in searched_groups]
+    outputs = [alias.get(o, o) if isinstance(o, str) else o for o in program["outputs"]]
+    return {**program, "eqns": eqns, "outputs": outputs}, groups

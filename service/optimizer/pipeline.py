@@ -1,0 +1,209 @@
+"""The optimizer pipeline, the only place that knows the order of the stages.
+
+typecheck -> control flow -> search (ingest, saturate, extract, fuse, extract kernels; whole or
+piecewise) -> lower (kernels) -> validate, each a pure function of its inputs, on a fresh e-graph
+per request.
+"""
+from __future__ import annotations
+
+import time
+from contextlib import nullcontext
+from typing import Any
+
+from costmodel.extract import Extraction
+from costmodel.profile import HardwareProfile, resolve_profile
+from lowering.kernels import CONVENTIONAL, NAIVE, POLICIES, KernelProgram, build_kernel_program, lower_bound
+from lowering.listing import kernel_listing
+from lowering.validate import identical, validate, validate_pieces
+from service.optimizer.background_validation import BackgroundValidation
+from service.optimizer.control_flow import nested_program_count, optimize_nested
+from service.optimizer.loop_hoist import hoist_scan_projections
+from service.optimizer.loop_invariants import tidy_loops
+from service.optimizer.options import OptimizeOptions
+from service.optimizer.partition import find_pieces, search_pieces
+from service.optimizer.request_key import canonical_request_id
+from service.optimizer.response import typed
+from service.optimizer.search import Search, budget, search, stage
+from wire.execute import typecheck
+
+
+def baseline_program(program: dict[str, Any], rules: bool = True) -> tuple[dict[str, Any], int]:
+    """The program the baseline is priced on, and what the optimizer starts from: loops tidied as a
+    conventional compiler does too (XLA's while-loop invariant motion and simplifier), where rules
+    run at all; and how many equations left a loop."""
+    return tidy_loops(program) if rules else (program, 0)
+
+
+def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | None = None,
+             options: OptimizeOptions | dict | None = None) -> dict[str, Any]:
+    """Optimize a wire program; raises WireError (a 422) if it does not type-check."""
+    options = OptimizeOptions.coerce(options).resolved()
+    profile = resolve_profile(hardware)
+    identity = canonical_request_id(program, profile, options)  # before the loops' share of the time limit is taken
+    timings: dict[str, float] = {}
+    with stage(timings, "typecheck"):
+        typecheck(program)
+    notes: list[str] = []
+    with stage(timings, "control_flow"):  # bodies first; `program` stays the validation reference
+        written, moved = baseline_program(program, options.rules)
+        if moved:
+            notes.append(f"moved {moved} loop-invariant equation(s) out of loop bodies")
+        nested, others, control_flow, remaining = _loops(written, profile, options, notes)
+        options = options.model_copy(update={"time_limit_s": remaining})
+    with stage(timings, "partition"):
+        pieces = find_pieces(nested) if options.rules else None
+    overlap = options.validate_result and pieces is None  # a piecewise search has no early algebraic optimum
+    with BackgroundValidation(program, options.fp_mode, timings) if overlap else nullcontext() as early:
+        if pieces is None:
+            found = search(nested, profile, options, timings, early, alternatives=[written, *others])
+        else:  # an encoder's layers: each kind of piece searched once, in a share of the time limit
+            share = budget(options).time_limit_s / len({p.signature for p in pieces})
+            piece_options = options.model_copy(update={"time_limit_s": share})
+            found = search_pieces(nested, pieces, lambda piece: search(piece, profile, piece_options, timings))
+        with stage(timings, "lower"):
+            naive = build_kernel_program(program, profile, NAIVE)
+            baseline = build_kernel_program(written, profile, CONVENTIONAL)
+            candidate, lowered, fusion_report = _kernels(found, written, baseline, profile, notes)
+        with stage(timings, "validate"):
+            if not options.validate_result:
+                validation = {"status": "skipped", "max_rel_error": None, "trials": 0, "reason": "validation turned off by the request"}
+            elif early is not None:
+                validation = early.result_for(candidate)
+            elif candidate is found.candidate and found.searched_pieces and nested == program:
+                validation = validate_pieces(program, candidate, found.searched_pieces, options.fp_mode)
+            else:
+                validation = validate(program, candidate, options.fp_mode)
+            if validation["status"] == "failed":
+                notes.append("validation failed; returning the original program (rules fired: "
+                             + ", ".join(found.saturation.rules_fired) + ")")
+                candidate, lowered = program, build_kernel_program(program, profile, CONVENTIONAL)
+    return _response(identity, profile, candidate, lowered, _estimates(profile, naive, baseline, lowered,
+                                                                       [program, candidate]),
+                     validation, _report(found, fusion_report, timings, notes, control_flow, program, candidate))
+
+
+def original_response(program: dict[str, Any], hardware: str | dict | HardwareProfile | None,
+                      options: OptimizeOptions, note: str) -> dict[str, Any]:
+    """The response returning `program` unchanged without searching (a worker killed at its
+    deadline): estimates from lowering alone, which is cheap; nothing to validate."""
+    start = time.perf_counter()
+    profile = resolve_profile(hardware)
+    naive = build_kernel_program(program, profile, NAIVE)
+    baseline = build_kernel_program(baseline_program(program, options.rules)[0], profile, CONVENTIONAL)
+    original = build_kernel_program(program, profile, CONVENTIONAL)
+    report = {"rewrites": {},
+              "egraph": {"enodes": None, "eclasses": None, "iterations": None, "stop_reason": "time_limit"},
+              "extraction": {"method": None, "cost_s": None, "optimality_gap": None, "status": "not run"},
+              "equations": {"original": len(program["eqns"]), "optimized": len(program["eqns"])},
+              "timings_s": {"fallback": round(time.perf_counter() - start, 6)},
+              "notes": [note], "control_flow": None}
+    return _response(canonical_request_id(program, profile, options), profile, program, original,
+                     _estimates(profile, naive, baseline, original, [program]), identical(), report)
+
+
+def _response(identity: str, profile: HardwareProfile, program: dict[str, Any], lowered: KernelProgram,
+              estimate: dict[str, Any], validation: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
+    """The response for `program` in `lowered`'s kernels, checked against its model."""
+    return typed({"id": identity, "program": program, "kernels": [k.to_dict() for k in lowered.kernels],
+            "precompute_kernels": [k.to_dict() for k in lowered.precompute],
+            "listing": kernel_listing(lowered, profile.name), "estimate": estimate, "validation": validation,
+            "report": report, "cache": "miss"})
+
+
+def _loops(written: dict[str, Any], profile: HardwareProfile, options: OptimizeOptions,
+           notes: list[str]) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]], float]:
+    """Loop bodies optimized through the whole pipeline, with and without the scans' per-step
+    input projections hoisted into one GEMM over every step (real mode), the loops' new invariants
+    (a weight concatenated in a body) moved out again; the cheaper under the baseline's policy is
+    searched, the other joins the kernel e-graph. Bodies share the request's time limit; what they
+    leave of it is returned for the search."""
+    variants = [(written, 0)]
+    if options.rules and options.fp_mode == "real":
+        hoisted, count = hoist_scan_projections(written)
+        variants += [(hoisted, count)] if count else []
+    limit, started = budget(options).time_limit_s, time.perf_counter()
+    share = limit / (1 + sum(nested_program_count(v) for v, _ in variants))
+    body_options = options.model_copy(update={"time_limit_s": share})
+    done = []
+    for variant, count in variants:
+        nested, report = optimize_nested(variant, lambda body: optimize(body, profile, body_options))
+        done.append((tidy_loops(nested)[0] if options.rules else nested, count, report))
+    best = min(done, key=lambda d: build_kernel_program(d[0], profile).total.time_s)
+    if best[1]:
+        notes.append(f"hoisted {best[1]} loop-invariant GEMM(s) out of scan bodies")
+    remaining = max(share, limit - (time.perf_counter() - started))
+    return best[0], [d[0] for d in done if d is not best], best[2], remaining
+
+
+def _kernels(found: Search, written: dict[str, Any], baseline: KernelProgram, profile: HardwareProfile,
+             notes: list[str]) -> tuple[dict[str, Any], KernelProgram, dict[str, Any]]:
+    """The program to return, its kernels and the fusion report: the search's program with its
+    extracted kernels, or a policy's where cheaper (a piecewise search's kernels end at its cuts, a
+    policy's need not); the baseline's program (`written`) where that is no slower or the gain is
+    below the profile's `min_speedup`."""
+    if found.candidate is None:
+        notes.append(f"extraction produced a cycle ({found.cycle}); returning the baseline's program")
+        return written, baseline, {"chosen": "baseline"}
+    candidate = found.candidate
+    extracted = build_kernel_program(candidate, profile, groups=found.groups)
+    chosen, lowered = min([("egraph", extracted), *((p.name, build_kernel_program(candidate, profile, p))
+                                                    for p in POLICIES)], key=lambda c: c[1].total.time_s)
+    report = {"egraph_s": extracted.total.time_s, "baseline_s": baseline.total.time_s, "chosen": chosen,
+              "programs": found.programs, "seeded_kernels": found.seeded_kernels}
+    # The baseline's kernels are seeded, so extraction starts no worse than they; this catches what
+    # seeding cannot express (estimate drift, a piecewise search).
+    if lowered.total.time_s > baseline.total.time_s * (1 + 1e-9):  # beyond the sums' rounding
+        notes.append("the e-graph's program was estimated slower than the baseline; returning the baseline's program")
+        return written, baseline, report | {"chosen": "baseline"}
+    if baseline.total.time_s < profile.min_speedup * lowered.total.time_s:
+        notes.append(f"estimated speedup {baseline.total.time_s / lowered.total.time_s:.3f}x is below the "
+                     f"profile's min_speedup {profile.min_speedup}; returning the baseline's program")
+        return written, baseline, report | {"chosen": "min_speedup"}
+    return candidate, lowered, report
+
+
+def _report(found: Search, fusion_report: dict[str, Any], timings: dict[str, float], notes: list[str],
+            control_flow: Any, program: dict, candidate: dict) -> dict[str, Any]:
+    saturation, fusion, sizes = found.saturation, found.fusion, found.egraph
+    return {
+        "rewrites": {**saturation.rules_fired, **fusion.rules_fired},
+        "egraph": {"enodes": sizes["enodes"], "eclasses": sizes["eclasses"],
+                   "iterations": saturation.iterations, "stop_reason": _stop_reason(saturation, fusion),
+                   "fusion": {"enodes": sizes["fusion_enodes"], "eclasses": sizes["fusion_eclasses"],
+                              "candidate_enodes": found.extraction.candidates, "rounds": fusion.fusion_rounds}},
+        "extraction": {**_extraction_report(found.extraction), "algebra": _extraction_report(found.algebra)},
+        "fusion": fusion_report,
+        "partition": found.pieces or None,
+        "equations": {"original": len(program["eqns"]), "optimized": len(candidate["eqns"])},
+        "timings_s": {k: round(v, 6) for k, v in timings.items()},
+        "notes": notes,
+        "control_flow": control_flow,
+    }
+
+
+def _stop_reason(saturation, fusion) -> str:
+    return fusion.stop_reason if fusion.stop_reason == "time_limit" else saturation.stop_reason
+
+
+def _extraction_report(extraction: Extraction) -> dict[str, Any]:
+    return {"method": extraction.method, "cost_s": extraction.cost, "candidate_enodes": extraction.candidates,
+            "optimality_gap": getattr(extraction, "optimality_gap", None),
+            "status": getattr(extraction, "status", "heuristic")}
+
+
+def _ratio(reference: KernelProgram, optimized: KernelProgram) -> float:
+    return reference.total.time_s / optimized.total.time_s if optimized.total.time_s else 1.0
+
+
+def _estimates(profile: HardwareProfile, naive: KernelProgram, baseline: KernelProgram,
+               optimized: KernelProgram, programs: list[dict]) -> dict[str, Any]:
+    return {
+        "hardware": profile.name,
+        "naive": naive.total.to_dict(),
+        "baseline": baseline.total.to_dict(),
+        "optimized": optimized.total.to_dict(),
+        "precompute": optimized.precompute_total.to_dict(),
+        "speedup_vs_baseline": _ratio(baseline, optimized),
+        "speedup_vs_naive": _ratio(naive, optimized),
+        "lower_bound": lower_bound(programs, profile).to_dict(),
+    }

@@ -1,0 +1,178 @@
+"""The e-graph search for one program: ingest -> saturate -> extract (the algebra) -> fuse ->
+extract kernels -> emit. Returns the chosen program and its kernel groups; lowering, validation and
+the response belong to the pipeline (service/optimizer/pipeline.py), which may search a program piecewise
+(service/optimizer/partition.py).
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from costmodel.egraph_view import EGraphView, view_egraph
+from costmodel.extract import Exclusive, Extraction, Requires, drop_dominated, extract_greedy_dag
+from costmodel.ilp import cheaper, extract_auto, extract_ilp
+from costmodel.kernel_cost import NodeCoster, Proxy, gemm_exclusive_groups, proxies, static_classes, tee_requirements
+from costmodel.profile import HardwareProfile
+from costmodel.warm_start import seeded_extraction
+from lowering.emit import ExtractionCycle, emit_program, without_unused_consts
+from lowering.kernels import POLICIES, build_kernel_program, static_names
+from rewrites.chain_order import orders_every_matmul, seed_chain_orders
+from rewrites.ingest import LoadedProgram, ingest
+from rewrites.kernel_seeds import KernelSeed, seed_kernels
+from rewrites.schedule import CHAINS_ORDERED, FUSION_ONLY, NO_RULES, SCHEDULES, Budget, SaturationReport, saturate
+from service.optimizer.background_validation import BackgroundValidation
+from service.optimizer.options import OptimizeOptions
+
+AUTO_ILP_NODE_BUDGET = 5_000  # beyond this the ILP rarely proves anything in the time it gets
+# Kernel e-graphs are harder (exclusive GEMMs, tee requirements, weak LP bounds). Started from
+# the seeded conventional kernels, 0.6-0.9k candidates (transformer layer, MLP training step, MLP-
+# Mixer) prove optimal in 0.1-0.3 s; BERT's 0.9k and the NasRNN's 6.5k keep a gap after 2 s.
+AUTO_FUSION_ILP_NODE_BUDGET = 1_000
+# `auto`'s ILP time by stage (True: the algebra). Not a share of the request's time limit: that
+# limit buys saturation, and a larger e-graph given a shorter ILP came out worse (the NasRNN at a
+# 1 s limit: 43.2 us, at 0.1 s: 35.6 us), so a larger limit could return a worse program.
+AUTO_ILP_MAX_S = {True: 2.0, False: 0.3}
+
+
+@dataclass
+class Search:
+    """What the search chose for one program. `candidate` (None when extraction made a cycle)
+    computes the program with the equations of each kernel in `groups`; `algebraic` is the
+    algebraic optimum under the first proxy (validated early, beside the fusion stage);
+    `programs` counts the programs the kernel e-graph held (the program, its alternatives and the
+    distinct algebras)."""
+
+    candidate: dict[str, Any] | None
+    groups: list[list[int]]
+    algebraic: dict[str, Any]
+    saturation: SaturationReport
+    fusion: SaturationReport
+    algebra: Extraction
+    extraction: Extraction
+    egraph: dict[str, int]  # enodes / eclasses of the algebra's and the fusion's e-graphs
+    seeded_kernels: int = 0
+    programs: int = 1
+    cycle: str | None = None
+    pieces: dict[str, int] = field(default_factory=dict)  # set when searched piecewise
+    # when searched piecewise: each distinct piece as written and as searched, which `candidate` stitches
+    searched_pieces: list[tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=list)
+
+
+@contextmanager
+def stage(timings: dict[str, float], name: str):
+    """Adds the block's wall time to `timings[name]` (a piecewise search runs a stage per piece)."""
+    start = time.perf_counter()
+    yield
+    timings[name] = round(timings.get(name, 0.0) + time.perf_counter() - start, 6)
+
+
+def budget(options: OptimizeOptions) -> Budget:
+    """The saturation budget of `options` (unset limits: the optimizer's defaults)."""
+    options = options.resolved()
+    return Budget(iter_limit=options.iter_limit, node_limit=options.node_limit, time_limit_s=options.time_limit_s)
+
+
+def search(program: dict[str, Any], profile: HardwareProfile, options: OptimizeOptions,
+           timings: dict[str, float], validation: BackgroundValidation | None = None,
+           alternatives: Sequence[dict[str, Any]] = ()) -> Search:
+    """Search one (type-checked, control-flow-optimized) program; stage times add to `timings`.
+    `validation` gets the algebraic optimum as soon as it is known (fusion only regroups it).
+    `alternatives` (equivalent programs over the same inputs and consts: the baseline's, other
+    loop variants) join the kernel e-graph, so their kernels are a choice too."""
+    with ExitStack() as egraphs:  # each dropped on this thread when the search ends (LoadedProgram.close)
+        return _search(program, profile, options, timings, validation, egraphs, alternatives)
+
+
+def _search(program: dict[str, Any], profile: HardwareProfile, options: OptimizeOptions, timings: dict[str, float],
+            validation: BackgroundValidation | None, egraphs: ExitStack, alternatives: Sequence[dict[str, Any]]) -> Search:
+    with stage(timings, "ingest"):
+        loaded = egraphs.enter_context(ingest(program))
+    with stage(timings, "saturate"):
+        schedule = SCHEDULES[options.fp_mode] if options.rules else NO_RULES
+        if options.rules and options.fp_mode == "real":  # matmul associativity: real arithmetic only
+            chains = seed_chain_orders(loaded, [partial(price, profile) for price in proxies(profile).values()],
+                                       static_names(program, profile.kernel.precompute_weights))
+            schedule = CHAINS_ORDERED if orders_every_matmul(program, chains) else schedule
+        saturation = saturate(loaded.egraph, schedule, budget(options))
+    if validation is not None:
+        validation.settle()  # the inputs are drawn by now: collection need not wait through extraction
+    with stage(timings, "extract"):
+        view = view_egraph(loaded.egraph)
+        algebras = [_extract_stage(view, loaded, profile, program, options, proxy) for proxy in proxies(profile)]
+        untrimmed = [emit_program(view, a.choice, loaded.params, program).program for a in algebras]
+        algebraic = without_unused_consts(untrimmed[0])  # eqn indices are unchanged
+    if validation is not None:
+        validation.start(algebraic)
+    with stage(timings, "fuse"):
+        # The program, the alternatives and each distinct algebra, in one e-graph (their outputs
+        # are one class): extraction weighs every policy's kernels over each, and can mix them.
+        leaves = {s["name"] for s in [*program["inputs"], *program.get("consts", [])]}
+        distinct: list[dict[str, Any]] = []
+        for candidate in [*alternatives, *untrimmed]:
+            reads = {s["name"] for s in [*candidate["inputs"], *candidate.get("consts", [])]}
+            if candidate != program and candidate not in distinct and reads <= leaves:  # var indices agree
+                distinct.append(candidate)
+        fused = egraphs.enter_context(ingest(program, distinct))  # all consts kept: var indices agree
+        fusion = saturate(fused.egraph, FUSION_ONLY if options.rules else NO_RULES, budget(options))
+        seeds = []
+        for tag, candidate in enumerate(fused.programs if options.rules else []):
+            for policy in POLICIES:
+                kernels = build_kernel_program(without_unused_consts(candidate), profile, policy).kernels
+                seeds.append((tag, seed_kernels(fused, [(k.eqns, set(k.outputs)) for k in kernels], tag)))
+    with stage(timings, "extract_kernels"):
+        kernel_view = view_egraph(fused.egraph)
+        extraction = _extract_stage(kernel_view, fused, profile, program, options, None, seeds)
+    sizes = {"enodes": view.enode_count, "eclasses": len(view.classes),
+             "fusion_enodes": kernel_view.enode_count, "fusion_eclasses": len(kernel_view.classes)}
+    result = Search(None, [], algebraic, saturation, fusion, algebras[0], extraction, sizes,
+                    len({s for _, seed_set in seeds for s in seed_set}), len(fused.programs))
+    with stage(timings, "lower"):
+        try:
+            emitted = emit_program(kernel_view, extraction.choice, fused.params, program)
+            result.candidate = without_unused_consts(emitted.program)  # eqn indices (groups) are unchanged
+            result.groups = emitted.groups
+        except ExtractionCycle as err:
+            result.cycle = str(err)
+    return result
+
+
+def _extract(view: EGraphView, cost, options: OptimizeOptions, time_limit_s: float,
+             exclusive: Exclusive, requires: Requires, node_budget: int, auto_cap_s: float,
+             warm: Extraction | None) -> Extraction:
+    """`ilp` gets the whole time limit; `auto` gives it `auto_cap_s` and keeps greedy's answer when
+    the ILP cannot beat it in time (e.g. symmetric commutativity-heavy e-graphs). All start from
+    the cheaper of greedy and `warm` (the seeded kernels)."""
+    if options.extraction == "auto":
+        return extract_auto(view, cost, auto_cap_s, node_budget, exclusive, requires, warm)
+    start = cheaper(extract_greedy_dag(view, cost, exclusive, requires), warm)
+    if options.extraction == "greedy":
+        return start
+    return extract_ilp(view, cost, warm_start=start, time_limit_s=time_limit_s, exclusive=exclusive,
+                       requires=requires)
+
+
+def _extract_stage(view: EGraphView, loaded: LoadedProgram, profile: HardwareProfile, program: dict,
+                   options: OptimizeOptions, proxy: Proxy | None,
+                   seeds: Sequence[tuple[int, Sequence[KernelSeed]]] = ()) -> Extraction:
+    """Price and extract. The algebra stage (no kernel nodes yet) prices under a `proxy` for the
+    kernels the fusion stage can make; `seeds` (a policy's kernels over one of the e-graph's
+    programs, by its number) each make a program extraction may start from."""
+    coster = NodeCoster(view, loaded.params, profile, static_classes(view, program, profile.kernel.precompute_weights),
+                        proxy)
+    node_cost = {n.id: coster(n) for c in view.classes.values() for n in c.nodes}
+    exclusive, requires = gemm_exclusive_groups(view), tee_requirements(view)
+    warm = None
+    for tag, seed_set in seeds:
+        warm = cheaper(warm, seeded_extraction(view, seed_set, node_cost, exclusive, requires, tag))
+    keep = frozenset(n.id for n in warm.choice.values()) if warm else frozenset()
+    candidates = drop_dominated(view, node_cost, exclusive, requires, keep)
+    algebra = proxy is not None
+    extraction = _extract(candidates, lambda n: node_cost[n.id], options, budget(options).time_limit_s,
+                          exclusive, requires, AUTO_ILP_NODE_BUDGET if algebra else AUTO_FUSION_ILP_NODE_BUDGET,
+                          AUTO_ILP_MAX_S[algebra], warm)
+    extraction.candidates = candidates.enode_count
+    return extraction

@@ -1,0 +1,256 @@
+"""The worker pool: `pipeline.optimize` in warm worker processes, with per-request deadlines.
+
+Saturation and extraction are CPU-bound Python and cannot be interrupted from outside a process,
+so each request runs in a worker process that the pool SIGKILLs when the request passes its
+deadline (time limit + grace); the request then answers 200 with the original program and
+`stop_reason: "time_limit"`, and a fresh worker replaces the dead one. Workers are started with
+the "spawn" context (JAX is not fork-safe) and stay warm: one imports JAX and the pipeline once
+and serves requests one at a time over a pipe until the pool stops.
+
+The event loop never waits on a pipe: each exchange with a worker runs on a pool-owned thread,
+and at most `queue_depth` requests wait for a free worker (beyond that, `QueueFull`).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import os
+import pickle
+import signal
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from costmodel.profile import HardwareProfile
+from service.optimizer import pipeline
+from service.optimizer.options import OptimizeOptions
+from service.optimizer.warm_up import warm_up
+
+log = logging.getLogger(__name__)
+
+READY_TIMEOUT_S = 120.0  # a cold worker imports JAX; beyond this it is considered broken
+RESPAWN_BACKOFF_S = 1.0  # between attempts when a worker cannot even start
+STOP_GRACE_S = 5.0  # a stopping worker gets this long to exit before SIGKILL
+
+
+class QueueFull(Exception):
+    """Every worker is busy and `queue_depth` requests already wait; answer 503 + Retry-After."""
+
+    def __init__(self, queue_depth: int, retry_after_s: int):
+        super().__init__(f"all workers are busy and {queue_depth} requests are already queued; retry later")
+        self.retry_after_s = retry_after_s
+
+
+class WorkerDied(Exception):
+    """The worker serving a request died without answering (killed from outside, or crashed)."""
+
+    retry_after_s = 1
+
+
+def _portable(exc: Exception) -> Exception:
+    """The exception itself if it survives pickling (WireError etc. keep their fields through
+    __dict__), else a RuntimeError carrying its text, so the parent can always re-raise something."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:
+        return RuntimeError(f"{type(exc).__name__}: {exc}")
+
+
+def _worker_main(conn) -> None:
+    """Entry point of a worker process: serve jobs from `conn` until None or the pipe closes. A job
+    carries everything the pipeline needs (options resolved by the app): workers read no settings."""
+    # Ctrl-C in a terminal reaches the whole process group; the parent decides when workers stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    import jax
+
+    jax.default_backend()  # initialise the backend now, not inside the first request's deadline
+    try:
+        warm_up(pipeline.optimize)
+    except Exception:  # a cold worker still serves; the failure will show in its first request too
+        log.exception("worker warm-up failed")
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            job = conn.recv()
+        except EOFError:  # the parent is gone
+            return
+        if job is None:
+            return
+        try:
+            reply: tuple[str, Any] = ("ok", pipeline.optimize(*job))
+        except Exception as exc:  # shipped to the parent, which re-raises it for the error mapping
+            reply = ("error", _portable(exc))
+        conn.send(reply)
+
+
+class _Worker:
+    """One worker process and the parent's end of its pipe."""
+
+    def __init__(self, ctx):
+        self.conn, child = ctx.Pipe()
+        # daemon: multiprocessing kills the worker if the server exits without calling stop()
+        self.process = ctx.Process(target=_worker_main, args=(child,), name="optu-worker", daemon=True)
+        self.process.start()
+        child.close()  # only the worker holds it now, so its death shows up as EOF here
+
+    def wait_ready(self, timeout_s: float) -> bool:
+        try:
+            return self.conn.poll(timeout_s) and self.conn.recv()[0] == "ready"
+        except (EOFError, OSError):
+            return False
+
+    def exchange(self, job: tuple, timeout_s: float) -> tuple[str, Any]:
+        """("ok", result) | ("error", exc) | ("deadline", None) | ("died", None). Blocking."""
+        try:
+            self.conn.send(job)
+            if not self.conn.poll(timeout_s):
+                self.kill()
+                return "deadline", None
+            return self.conn.recv()
+        except (EOFError, OSError):  # BrokenPipeError on send, EOF on recv: the worker is gone
+            return "died", None
+
+    def alive(self) -> bool:
+        return self.process.is_alive()
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.join(STOP_GRACE_S)
+        self.conn.close()
+
+    def stop(self) -> None:
+        try:
+            self.conn.send(None)
+        except OSError:
+            pass
+        self.process.join(STOP_GRACE_S)
+        if self.process.is_alive():
+            self.kill()
+        else:
+            self.conn.close()
+
+
+class WorkerPool:
+    """`workers` warm worker processes behind a queue of at most `queue_depth` waiting requests; a
+    request may run for its time limit + `deadline_grace_s`. Use from one event loop: `await
+    start()` in the app lifespan, `await submit(...)` per request, `await stop()` at exit."""
+
+    def __init__(self, workers: int, queue_depth: int, deadline_grace_s: float):
+        self.workers, self.queue_depth, self.deadline_grace_s = workers, queue_depth, deadline_grace_s
+        self.restarts = 0  # workers replaced after a deadline kill or an unexpected death
+        self._ctx = multiprocessing.get_context("spawn")
+        # One thread per in-flight exchange and per worker being started: never more than this.
+        self._threads = ThreadPoolExecutor(max_workers=2 * workers, thread_name_prefix="optu-pool")
+        self._idle: asyncio.Queue[_Worker] | None = None
+        self._live: set[_Worker] = set()
+        self._starting: set[asyncio.Task] = set()
+        self._waiting = 0
+        self._stopping = False
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Begin starting the workers; returns at once (`ready()` turns true as they come up)."""
+        self._idle = asyncio.Queue()
+        for _ in range(self.workers):
+            self._start_one()
+
+    async def stop(self) -> None:
+        self._stopping = True
+        for task in self._starting:
+            task.cancel()
+        workers = list(self._live)
+        self._live.clear()
+        await asyncio.gather(*(asyncio.to_thread(w.stop) for w in workers))
+        self._threads.shutdown(wait=False, cancel_futures=True)
+
+    def ready(self) -> bool:
+        """At least one worker is up, so a request would be served."""
+        return bool(self._live) and not self._stopping
+
+    def queue_depth(self) -> int:
+        """Requests waiting for a free worker now."""
+        return self._waiting
+
+    def status(self) -> dict[str, int]:
+        idle = self._idle.qsize() if self._idle else 0
+        return {"workers": len(self._live), "busy": len(self._live) - idle,
+                "queued": self._waiting, "restarts": self.restarts}
+
+    def _start_one(self) -> None:
+        task = asyncio.get_running_loop().create_task(self._add_worker())
+        self._starting.add(task)  # a strong reference, or the task may be garbage-collected
+        task.add_done_callback(self._starting.discard)
+
+    async def _add_worker(self) -> None:
+        loop = asyncio.get_running_loop()
+        while not self._stopping:
+            try:
+                worker = await loop.run_in_executor(self._threads, _Worker, self._ctx)
+            except Exception:  # e.g. out of processes; keep trying, readiness reports the gap
+                log.exception("could not start a worker process; retrying")
+                await asyncio.sleep(RESPAWN_BACKOFF_S)
+                continue
+            if await loop.run_in_executor(self._threads, worker.wait_ready, READY_TIMEOUT_S):
+                if self._stopping:
+                    await asyncio.to_thread(worker.stop)
+                    return
+                self._live.add(worker)
+                self._idle.put_nowait(worker)
+                return
+            log.error("worker %s did not start; retrying", worker.process.pid)
+            await asyncio.to_thread(worker.kill)
+            await asyncio.sleep(RESPAWN_BACKOFF_S)
+
+    # -- requests ------------------------------------------------------------------------------
+    async def submit(self, program: dict[str, Any], hardware: str | dict | HardwareProfile | None,
+                     options: OptimizeOptions | dict | None) -> dict[str, Any]:
+        """`pipeline.optimize` in a worker. Raises what the pipeline raised (client errors keep
+        their type and fields), QueueFull, or WorkerDied; a deadline answers the original program."""
+        if self._idle is None or self._stopping:
+            raise WorkerDied("the worker pool is not running")
+        # Options as the caller resolved them (a server applies its defaults and caps first).
+        options = OptimizeOptions.coerce(options).resolved()
+        if self._idle.empty() and self._waiting >= self.queue_depth:
+            # a request takes about its time limit: by then a worker is likely free
+            raise QueueFull(self.queue_depth, retry_after_s=max(1, round(options.time_limit_s)))
+        self._waiting += 1
+        try:
+            worker = await self._idle.get()
+            while not worker.alive():  # killed from outside while idle: replace it, not fail this request
+                self._retire(worker)
+                worker = await self._idle.get()
+        finally:
+            self._waiting -= 1
+        deadline_s = options.time_limit_s + self.deadline_grace_s
+        loop = asyncio.get_running_loop()
+        exchange = loop.run_in_executor(self._threads, worker.exchange, (program, hardware, options), deadline_s)
+        # Returned (or replaced) when the exchange ends, even if this request is cancelled meanwhile.
+        exchange.add_done_callback(lambda done: self._release(worker, done))
+        kind, value = await asyncio.shield(exchange)
+        if kind == "ok":
+            return value
+        if kind == "error":
+            raise value
+        if kind == "deadline":
+            note = (f"the worker passed the request's deadline ({deadline_s:g} s = time limit + "
+                    f"{self.deadline_grace_s:g} s grace) and was stopped; returning the original program")
+            return await asyncio.to_thread(pipeline.original_response, program, hardware, options, note)
+        raise WorkerDied("the worker serving this request died before answering; retry")
+
+    def _release(self, worker: _Worker, done: Future) -> None:
+        """Back to the idle queue if it answered; otherwise replaced by a fresh worker."""
+        if self._stopping:
+            return
+        failed = done.cancelled() or done.exception() is not None or done.result()[0] in ("deadline", "died")
+        if not failed and worker.alive():
+            self._idle.put_nowait(worker)
+            return
+        self._retire(worker)
+
+    def _retire(self, worker: _Worker) -> None:
+        """Kill (or just reap) a worker and start its replacement."""
+        self._live.discard(worker)
+        self._threads.submit(worker.kill)
+        self.restarts += 1
+        self._start_one()

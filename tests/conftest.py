@@ -1,0 +1,38 @@
+"""Test tiers. `integration`: a test that runs the real server, worker processes, Redis or any
+other subprocess (asked for by fixture, or marked). `slow`: in-process but long (whole models
+through the pipeline, hypothesis over the rules). Everything else is `unit`, and a unit test is
+held to it: starting a subprocess there fails the test."""
+from __future__ import annotations
+
+import multiprocessing.process
+import subprocess
+
+import pytest
+
+# Fixtures that start a server, worker processes or Redis: a test using one is an integration test.
+INTEGRATION_FIXTURES = frozenset({"server_url", "pool_server", "redis_url"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if INTEGRATION_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
+        if not any(item.get_closest_marker(tier) for tier in ("integration", "slow")):
+            item.add_marker(pytest.mark.unit)
+
+
+class SubprocessInUnitTest(RuntimeError):
+    pass
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_start_no_process(request, monkeypatch):
+    if request.node.get_closest_marker("unit") is None:
+        return
+
+    def refuse(*args, **kwargs):
+        raise SubprocessInUnitTest(f"{request.node.nodeid} is a unit test but started a process; "
+                                   "mark it integration")
+
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", refuse)

@@ -1,0 +1,140 @@
+"""Piecewise search: an encoder's repeated layers are searched once per kind of piece and stitched
+back; the result is the one the whole-program search finds, and programs whose pieces could merge
+across a cut are searched whole."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bench.models.large import bert_encoder
+from costmodel.profile import load_profile, with_overrides
+from lowering.kernels import build_kernel_program
+from service.optimizer import partition
+from service.optimizer.options import OptimizeOptions
+from service.optimizer.partition import find_pieces, search_pieces
+from service.optimizer.pipeline import optimize
+from service.optimizer.search import search
+from wire.capture import capture
+from wire.execute import program_to_callable
+
+pytestmark = pytest.mark.slow  # whole programs through the pipeline
+
+PROFILE = load_profile("optu-v1")
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    fn, args, weights = bert_encoder(6, hidden=32, heads=4, seq=8, batch=2)
+    return capture(fn, *args, weight_argnums=weights), args
+
+
+def test_an_encoder_is_cut_into_repeated_pieces_that_each_end_a_kernel(encoder):
+    program, _ = encoder
+    pieces = find_pieces(program)
+    assert pieces is not None and len(pieces) >= 6
+    assert len({p.signature for p in pieces}) <= 3  # one or two kinds per layer, plus the first
+    assert [p.start for p in pieces[1:]] == [p.stop for p in pieces[:-1]]
+    assert pieces[0].start == 0 and pieces[-1].stop == len(program["eqns"])
+    for piece in pieces[1:]:  # each cut value is read by GEMMs or joins a later kernel
+        (value,) = [n for n in piece.inputs if n not in {s["name"] for s in program["inputs"]}]
+        assert any(e["op"] == "dot_general" for e in program["eqns"][piece.start:piece.stop] if value in e["in"])
+
+
+def test_the_stitched_search_is_the_whole_programs_and_computes_the_same(encoder):
+    # Cuts are where conventional fusion ends a kernel anyway, so with one GEMM per kernel the pieces
+    # lose nothing. (Where kernels run GEMMs back to back, each cut costs a chained kernel's split.)
+    program, args = encoder
+    profile = with_overrides(PROFILE, {"kernel.max_gemms": 1})
+    options, timings = OptimizeOptions(), {}
+    pieces = find_pieces(program)
+    stitched = search_pieces(program, pieces, lambda piece: search(piece, profile, options, timings))
+    whole = search(program, profile, options, timings)
+    assert stitched.pieces["searched"] < stitched.pieces["pieces"]
+    estimate = lambda s: build_kernel_program(s.candidate, profile, groups=s.groups).total.time_s
+    assert estimate(stitched) == pytest.approx(estimate(whole), rel=1e-6)
+    x = jax.tree.leaves(args)
+    for want, got in zip(program_to_callable(program)(*x), program_to_callable(stitched.candidate)(*x)):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-5)
+
+
+def test_the_pipeline_reports_the_pieces_and_validates_the_stitched_program(encoder):
+    program, _ = encoder
+    response = optimize(program)
+    assert response["report"]["partition"]["searched"] < response["report"]["partition"]["pieces"]
+    assert response["validation"]["status"] == "passed"
+    # the pieces' kernels end at the cuts; the stitched program is grouped over them where cheaper
+    assert response["report"]["fusion"]["chosen"] != "baseline"
+    assert response["estimate"]["speedup_vs_baseline"] > 1.0
+
+
+def test_pieces_sharing_a_weight_are_searched_whole(monkeypatch):
+    # an unrolled RNN: every step multiplies by the same weights, which a merge across steps uses;
+    # with a weight per step the same program is cut
+    monkeypatch.setattr(partition, "MIN_PROGRAM_EQNS", 10)
+    monkeypatch.setattr(partition, "MIN_PIECE_EQNS", 2)
+    rng = np.random.default_rng(0)
+    steps = 8
+    xs = [rng.normal(size=(4, 16)).astype(np.float32) for _ in range(steps)]
+    ws = [rng.normal(size=(16, 16)).astype(np.float32) for _ in range(2 * steps)]
+
+    def rnn(xs, ws):
+        h = jnp.zeros((4, 16), jnp.float32)
+        for t, x in enumerate(xs):
+            h = jnp.tanh(x @ ws[2 * t] + h @ ws[2 * t + 1])
+        return h
+
+    def shared_rnn(xs, w, u):
+        return rnn(xs, [w, u] * steps)
+
+    def shared_transposed(xs, w, u):  # each step reaches the shared weight through its own transpose
+        h = jnp.zeros((4, 16), jnp.float32)
+        for x in xs:
+            h = jnp.tanh(x @ w.T + h @ u.T)
+        return h
+
+    assert find_pieces(capture(shared_rnn, xs, ws[0], ws[1], weight_argnums=(0, 1, 2))) is None
+    assert find_pieces(capture(shared_transposed, xs, ws[0], ws[1], weight_argnums=(0, 1, 2))) is None
+    assert find_pieces(capture(rnn, xs, ws, weight_argnums=(0, 1))) is not None
+
+
+def test_a_program_with_nothing_repeated_is_searched_whole(monkeypatch):
+    monkeypatch.setattr(partition, "MIN_PROGRAM_EQNS", 10)
+    monkeypatch.setattr(partition, "MIN_PIECE_EQNS", 2)
+    rng = np.random.default_rng(0)
+    shapes = [(8, 8 + 4 * k) for k in range(8)]
+    ws = [rng.normal(size=(a, b)).astype(np.float32) for (_, a), (_, b) in zip(shapes, shapes[1:])]
+
+    def chain(x, *ws):
+        for w in ws:
+            x = jnp.tanh(x @ w)
+        return x
+
+    x = rng.normal(size=(4, 8)).astype(np.float32)
+    assert find_pieces(capture(chain, x, *ws, weight_argnums=tuple(range(1, 8)))) is None
+
+
+def test_a_piece_that_simplifies_to_its_input_is_stitched_as_an_alias(monkeypatch):
+    # reshape pairs cancel: those pieces return their input, which later pieces then read
+    monkeypatch.setattr(partition, "MIN_PROGRAM_EQNS", 10)
+    monkeypatch.setattr(partition, "MIN_PIECE_EQNS", 2)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(4, 16)).astype(np.float32)
+    ws = [rng.normal(size=(16, 16)).astype(np.float32) / 4 for _ in range(6)]
+
+    def net(x, ws):
+        for w in ws:
+            x = jnp.tanh(x.reshape(4, 4, 4).reshape(4, 16) @ w)
+        return x
+
+    program = capture(net, x, ws, weight_argnums=(1,))
+    pieces = find_pieces(program)
+    assert pieces is not None and any(len(p.program["eqns"]) == 2 and
+                                      {e["op"] for e in p.program["eqns"]} == {"reshape"} for p in pieces)
+    response = optimize(program)
+    assert response["report"]["partition"]["searched"] == 2
+    assert "reshape" not in [e["op"] for e in response["program"]["eqns"]]
+    assert response["validation"]["status"] == "passed"
+    (got,) = program_to_callable(response["program"])(x, *ws)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(net(x, ws)), rtol=1e-5, atol=1e-6)

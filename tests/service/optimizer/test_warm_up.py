@@ -1,0 +1,20 @@
+"""The worker warm-up program exercises the stages a request does, and optimizes cleanly."""
+from rewrites.chain_order import find_chains
+from service.optimizer import pipeline
+from service.optimizer.warm_up import warm_up, warm_up_program
+
+
+def test_the_warm_up_program_holds_attention_a_matmul_chain_and_weights():
+    program = warm_up_program()
+    ops = [e["op"] for e in program["eqns"]]
+    assert ops.count("dot_general") >= 8 and {"exp", "tanh", "rsqrt"} <= set(ops)
+    assert find_chains(program)  # the chain's dynamic program runs too
+    assert sum(s.get("role") == "weight" for s in program["inputs"]) == 7
+
+
+def test_warm_up_runs_the_whole_pipeline_with_a_passed_validation():
+    seen = []
+    warm_up(lambda program, hardware, options: seen.append(pipeline.optimize(program, hardware, options)))
+    (response,) = seen
+    assert response["validation"]["status"] == "passed"
+    assert response["report"]["rewrites"]  # rules fired: the rulesets were built and run

@@ -1,0 +1,60 @@
+"""The primitive table: the sets every layer reads come from its entries, control-flow entries
+name where their bodies are, and a primitive it does not know stays opaque."""
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from costmodel.op_cost import FREE_OPS, GEMM_OPS, op_cost
+from costmodel.profile import load_profile
+from rewrites.terms import BINARY_OPS, REDUCE_OPS, UNARY_OPS
+from wire.capture import capture
+from wire.execute import primitive_table
+from wire.primitives import GEMMS, PRIMITIVES, PURE, names, nested_programs
+
+
+def test_each_layers_sets_are_the_tables():
+    assert GEMMS == GEMM_OPS == {"dot_general", "conv_general_dilated"}
+    assert names(role="view") == FREE_OPS
+    assert UNARY_OPS | BINARY_OPS | REDUCE_OPS == {p.name for p in PRIMITIVES.values() if p.term}
+    assert {"tanh", "add", "reduce_sum"} <= UNARY_OPS | BINARY_OPS | REDUCE_OPS
+
+
+def test_control_flow_is_never_moved_and_names_its_bodies():
+    for name in names(role="control"):
+        assert name not in PURE and PRIMITIVES[name].bodies
+    assert {"add", "dot_general", "reshape"} <= PURE
+
+
+def test_the_pure_ones_are_real_primitives_and_none_is_random_effectful_or_with_a_body():
+    assert PURE <= set(primitive_table())
+    never = {"rng_bit_generator", "rng_uniform", "random_bits", "random_seed", "random_split",
+             "random_fold_in", "threefry2x32", "optimization_barrier", "scan", "while", "cond",
+             "reduce", "sort", "scatter", "custom_jvp_call", "custom_vjp_call", "closed_call", "jit"}
+    assert not PURE & never
+
+
+def test_nested_programs_are_each_loops_bodies_in_param_order():
+    x = np.ones((4, 3), np.float32)
+
+    def fn(x):
+        def step(c, row):
+            return c + row, jnp.tanh(c)
+        carry, _ = lax.scan(step, x[0], x)
+        small = lax.while_loop(lambda c: c.sum() < 10.0, lambda c: c * 2.0, carry)
+        return lax.cond(small.sum() > 0, lambda v: v + 1.0, lambda v: v - 1.0, small)
+
+    program = capture(fn, x)
+    bodies = {e["op"]: list(nested_programs(e)) for e in program["eqns"] if e["op"] in ("scan", "while", "cond")}
+    assert [len(b) for b in bodies.values()] == [1, 2, 2]
+    cond_body, loop_body = bodies["while"]
+    assert [e["op"] for e in cond_body["eqns"]][-1] == "lt" and [e["op"] for e in loop_body["eqns"]] == ["mul"]
+    assert [[e["op"] for e in b["eqns"]] for b in bodies["cond"]] == [["sub"], ["add"]]  # branch 0 is false
+
+
+def test_a_primitive_outside_the_table_is_opaque():
+    unknown = {"op": "my_custom_call", "in": ["a"], "params": {"body": {"program": {"eqns": []}}}}
+    assert list(nested_programs(unknown)) == []
+    cost = op_cost(load_profile("optu-v1"), "my_custom_call", {}, [((8,), "float32")], ((8,), "float32"))
+    assert cost.kind == "host"
