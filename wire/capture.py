@@ -128,7 +128,7 @@ def jaxpr_to_wire(closed: jex.ClosedJaxpr, roles: Sequence[str] | None = None) -
                 names[v] = name
             outs.append(spec(v, name))
         try:
-            params = encode_params(eqn.primitive.name, eqn.params)
+            params = encode_params(eqn.primitive.name, eqn.params, jaxpr_to_wire)
         except WireError as e:
             raise WireError(e.message, eqn=k, field=e.field) from None
         eqns.append({"op": eqn.primitive.name, "in": ins, "out": outs, "params": params})

@@ -12,8 +12,7 @@ import numpy as np
 from jax import lax
 from pydantic import ValidationError
 
-from wire.format import (FORMAT, WireError, WireLiteral, WireProgram, decode_array,
-                          literal_value, parse_dtype)
+from wire.format import FORMAT, WireError, WireLiteral, WireProgram, decode_array, literal_value, parse_dtype
 from wire.params import decode_params
 
 
@@ -54,9 +53,18 @@ def _resolve(op: str, eqn: int) -> jex.Primitive:
     return prim
 
 
+def closed_jaxpr(program: dict[str, Any]) -> jex.ClosedJaxpr:
+    """A (type-checked) wire program traced back into the closed jaxpr it stands for: what a
+    control-flow primitive's params hold."""
+    typecheck(program)
+    fn = program_to_callable(program)
+    avals = [jax.ShapeDtypeStruct(tuple(s["shape"]), parse_dtype(s["dtype"])) for s in program["inputs"]]
+    return jax.make_jaxpr(lambda *a: fn(*a))(*avals)
+
+
 def _decode(op: str, params: dict, eqn: int) -> dict:
     try:
-        return decode_params(op, params)
+        return decode_params(op, params, closed_jaxpr)
     except WireError as e:
         raise WireError(e.message, eqn=eqn, field=e.field) from None
 

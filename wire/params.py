@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
-from typing import Any
+from typing import Any, Callable
 
 import jax.extend.core as jex
 import numpy as np
@@ -67,20 +67,26 @@ def _checked(prim: str, key: str, value: Any) -> Any:
     return value
 
 
-def encode_params(prim_name: str, params: dict[str, Any]) -> dict[str, Any]:
+# Nested programs (loop bodies, branches) are whole wire programs: the codec is handed the
+# functions that convert them (wire.capture's and wire.execute's), which themselves use this codec.
+EncodeProgram = Callable[[jex.ClosedJaxpr], dict[str, Any]]
+DecodeProgram = Callable[[dict[str, Any]], jex.ClosedJaxpr]
+
+
+def encode_params(prim_name: str, params: dict[str, Any], encode_program: EncodeProgram) -> dict[str, Any]:
     """JSON-safe form of one equation's params; raises WireError for values with no encoding."""
-    return {k: _encode(v, prim_name, k) for k, v in params.items()}
+    return {k: _encode(v, prim_name, k, encode_program) for k, v in params.items()}
 
 
-def decode_params(prim_name: str, params: dict[str, Any]) -> dict[str, Any]:
+def decode_params(prim_name: str, params: dict[str, Any], decode_program: DecodeProgram) -> dict[str, Any]:
     """Inverse of encode_params; lists come back as tuples because JAX params must hash."""
     if not isinstance(params, dict):
         raise WireError(f"params of {prim_name} must be an object", field="params")
     defaults = dict.fromkeys(NONE_DEFAULTS.get(prim_name, ()))
-    return defaults | {k: _checked(prim_name, k, _decode(v, prim_name, k)) for k, v in params.items()}
+    return defaults | {k: _checked(prim_name, k, _decode(v, prim_name, k, decode_program)) for k, v in params.items()}
 
 
-def _encode(v: Any, prim: str, key: str) -> Any:
+def _encode(v: Any, prim: str, key: str, encode_program: EncodeProgram) -> Any:
     if v is None or isinstance(v, (bool, str)):
         return v
     if isinstance(v, enum.Enum):
@@ -96,18 +102,16 @@ def _encode(v: Any, prim: str, key: str) -> Any:
     if isinstance(v, np.dtype) or (isinstance(v, type) and issubclass(v, np.generic)):
         return {"dtype": np.dtype(v).name}
     if isinstance(v, (jex.ClosedJaxpr, jex.Jaxpr)):
-        from wire.capture import jaxpr_to_wire  # capture imports this module
-
         closed = v if isinstance(v, jex.ClosedJaxpr) else jex.ClosedJaxpr(v, ())
-        out = {"program": jaxpr_to_wire(closed)}
+        out = {"program": encode_program(closed)}
         return out | {"open": True} if isinstance(v, jex.Jaxpr) else out
     if type(v).__name__ in STRUCTS and type(v) is STRUCTS[type(v).__name__]:
         fields = (v._asdict() if hasattr(v, "_asdict")
                   else {f.name: getattr(v, f.name) for f in dataclasses.fields(v)})
         return {"struct": type(v).__name__,
-                "fields": {f: _encode(x, prim, f"{key}.{f}") for f, x in fields.items()}}
+                "fields": {f: _encode(x, prim, f"{key}.{f}", encode_program) for f, x in fields.items()}}
     if isinstance(v, (tuple, list)) and not hasattr(v, "_fields"):
-        return [_encode(x, prim, f"{key}[{i}]") for i, x in enumerate(v)]
+        return [_encode(x, prim, f"{key}[{i}]", encode_program) for i, x in enumerate(v)]
     raise _unencodable(prim, key, v)
 
 
@@ -117,9 +121,9 @@ def _unencodable(prim: str, key: str, v: Any) -> WireError:
                      field=f"params.{key}")
 
 
-def _decode(v: Any, prim: str, key: str) -> Any:
+def _decode(v: Any, prim: str, key: str, decode_program: DecodeProgram) -> Any:
     if isinstance(v, list):
-        return tuple(_decode(x, prim, f"{key}[{i}]") for i, x in enumerate(v))
+        return tuple(_decode(x, prim, f"{key}[{i}]", decode_program) for i, x in enumerate(v))
     if not isinstance(v, dict):
         return v
     field = f"params.{key}"
@@ -132,9 +136,9 @@ def _decode(v: Any, prim: str, key: str) -> Any:
             return ENUMS[v["enum"]][v["value"]]
         if set(v) == {"struct", "fields"}:
             cls = STRUCTS[v["struct"]]
-            return cls(**{f: _decode(x, prim, f"{key}.{f}") for f, x in v["fields"].items()})
+            return cls(**{f: _decode(x, prim, f"{key}.{f}", decode_program) for f, x in v["fields"].items()})
         if set(v) in ({"program"}, {"program", "open"}):
-            return _decode_program(v["program"], bool(v.get("open")), prim, key)
+            return _decode_program(v["program"], bool(v.get("open")), prim, key, decode_program)
     except WireError as e:
         if e.field.startswith("params."):
             raise
@@ -147,16 +151,9 @@ def _decode(v: Any, prim: str, key: str) -> Any:
                     field=field)
 
 
-def _decode_program(prog: Any, open_: bool, prim: str, key: str) -> jex.ClosedJaxpr | jex.Jaxpr:
-    import jax
-
-    from wire.execute import program_to_callable, typecheck  # execute imports this module
-
-    typecheck(prog)
-    fn = program_to_callable(prog)
-    avals = [jax.ShapeDtypeStruct(tuple(s["shape"]), parse_dtype(s["dtype"]))
-             for s in prog["inputs"]]
-    closed = jax.make_jaxpr(lambda *a: fn(*a))(*avals)
+def _decode_program(prog: Any, open_: bool, prim: str, key: str,
+                    decode_program: DecodeProgram) -> jex.ClosedJaxpr | jex.Jaxpr:
+    closed = decode_program(prog)
     if not open_:
         return closed
     if closed.consts:

@@ -12,17 +12,10 @@ import pytest
 from jax import lax
 from pydantic import ValidationError
 
-from wire.format import (
-    ConstSpec,
-    WireEqn,
-    WireError,
-    WireLiteral,
-    WireProgram,
-    decode_array,
-    encode_array,
-    encode_literal,
-    literal_value,
-)
+from wire.capture import jaxpr_to_wire
+from wire.execute import closed_jaxpr
+from wire.format import (ConstSpec, WireEqn, WireError, WireLiteral, WireProgram, decode_array, encode_array,
+                         encode_literal, literal_value)
 from wire.params import decode_params, encode_params
 
 
@@ -93,8 +86,8 @@ def _params_of(fn, *args, op):
 
 
 def _round_trip(op, params):
-    encoded = json.loads(json.dumps(encode_params(op, params), allow_nan=False))
-    return encoded, decode_params(op, encoded)
+    encoded = json.loads(json.dumps(encode_params(op, params, jaxpr_to_wire), allow_nan=False))
+    return encoded, decode_params(op, encoded, closed_jaxpr)
 
 
 def test_dot_general_params_round_trip():
@@ -138,7 +131,7 @@ def test_nested_jaxprs_become_nested_programs():
 
 def test_unencodable_param_names_primitive_and_param():
     with pytest.raises(WireError) as info:
-        encode_params("my_prim", {"callback": print})
+        encode_params("my_prim", {"callback": print}, jaxpr_to_wire)
     assert info.value.field == "params.callback" and "my_prim" in info.value.message
 
 
@@ -148,5 +141,5 @@ def test_unencodable_param_names_primitive_and_param():
     {"weird": 1}, {"dtype": "object"}, {"program": {"format": "optu.jaxpr/v1"}}])
 def test_decoding_only_builds_allow_listed_values(value):
     with pytest.raises(WireError) as info:
-        decode_params("add", {"p": value})
+        decode_params("add", {"p": value}, closed_jaxpr)
     assert info.value.field == "params.p"
