@@ -71,6 +71,8 @@ def _eval(jaxpr: jex.Jaxpr, consts: Sequence[Any], args: Sequence[Any]) -> list[
                 outs = _eval(body.jaxpr, body.consts, ins)
             else:
                 outs = _eval(body, (), ins)
+        elif name == "custom_linear_solve":
+            outs = _linear_solve(eqn.params, ins)
         else:
             params = {k: _inline_param(v) for k, v in eqn.params.items()}
             outs = eqn.primitive.bind(*ins, **params)
@@ -78,6 +80,15 @@ def _eval(jaxpr: jex.Jaxpr, consts: Sequence[Any], args: Sequence[Any]) -> list[
                 outs = [outs]
         env.update(zip(eqn.outvars, outs))
     return [read(v) for v in jaxpr.outvars]
+
+
+def _linear_solve(params: dict[str, Any], ins: list[Any]) -> list[Any]:
+    """A custom linear solve's value: its `solve` function applied to the right-hand side (the
+    custom rules it carries are for differentiation, which a compiled forward program does not
+    need). Operands: the consts of matvec, vecmat, solve and transpose_solve, then b."""
+    lengths, solve = params["const_lengths"], params["jaxprs"].solve
+    start = lengths.matvec + lengths.vecmat
+    return _eval(solve.jaxpr, solve.consts, [*ins[start:start + lengths.solve], *ins[sum(lengths):]])
 
 
 def _inline_param(v: Any) -> Any:
@@ -98,11 +109,15 @@ def jaxpr_to_wire(closed: jex.ClosedJaxpr, roles: Sequence[str] | None = None) -
     names: dict[Any, str] = {}
     counter = itertools.count()
 
-    def spec(v, name: str) -> dict:
+    def spec(v, name: str, where: str) -> dict:
         aval = v.aval
         if not hasattr(aval, "shape") or not hasattr(aval, "dtype"):
-            raise WireError(f"value {v} has abstract type {aval} the wire format cannot carry",
+            raise WireError(f"{where}: value {v} has abstract type {aval} the wire format cannot carry",
                             field="out")
+        if jax.dtypes.issubdtype(aval.dtype, jax.dtypes.extended):
+            raise WireError(f"{where}: a value of dtype {aval.dtype} (a typed PRNG key or another extended "
+                            "dtype) cannot be carried by the wire format; raw uint32 keys "
+                            "(jax.random.PRNGKey) can", field="out")
         return {"name": name, "shape": [int(d) for d in aval.shape], "dtype": np.dtype(aval.dtype).name}
 
     def ref(v) -> str | dict:
@@ -113,21 +128,21 @@ def jaxpr_to_wire(closed: jex.ClosedJaxpr, roles: Sequence[str] | None = None) -
     inputs = []
     for i, v in enumerate(jaxpr.invars):
         names[v] = f"in{i}"
-        inputs.append(spec(v, f"in{i}") | {"role": roles[i] if roles else "activation"})
+        inputs.append(spec(v, f"in{i}", f"input {i}") | {"role": roles[i] if roles else "activation"})
     consts = []
     for i, (v, c) in enumerate(zip(jaxpr.constvars, closed.consts)):
         names[v] = f"c{i}"
-        consts.append(spec(v, f"c{i}") | {"data": encode_array(np.asarray(c, dtype=v.aval.dtype))})
+        consts.append(spec(v, f"c{i}", f"const {i}") | {"data": encode_array(np.asarray(c, dtype=v.aval.dtype))})
     eqns = []
     for k, eqn in enumerate(jaxpr.eqns):
         ins = [ref(v) for v in eqn.invars]
         outs = []
-        for v in eqn.outvars:
-            name = f"v{next(counter)}"
-            if not isinstance(v, jex.DropVar):
-                names[v] = name
-            outs.append(spec(v, name))
         try:
+            for v in eqn.outvars:
+                name = f"v{next(counter)}"
+                if not isinstance(v, jex.DropVar):
+                    names[v] = name
+                outs.append(spec(v, name, f"primitive {eqn.primitive.name!r}"))
             params = encode_params(eqn.primitive.name, eqn.params, jaxpr_to_wire)
         except WireError as e:
             raise WireError(e.message, eqn=k, field=e.field) from None

@@ -7,6 +7,7 @@ import enum
 import math
 from typing import Any, Callable
 
+import jax
 import jax.extend.core as jex
 import numpy as np
 from jax import lax
@@ -87,6 +88,9 @@ def decode_params(prim_name: str, params: dict[str, Any], decode_program: Decode
 
 
 def _encode(v: Any, prim: str, key: str, encode_program: EncodeProgram) -> Any:
+    if isinstance(v, jax.sharding.NamedSharding) and not v.mesh.axis_names:
+        # A mesh with no axes shards nothing: the same as no sharding, which is what null says.
+        return None
     if v is None or isinstance(v, (bool, str)):
         return v
     if isinstance(v, enum.Enum):

@@ -13,7 +13,7 @@ from jax import lax
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
 from wire.capture import capture, capture_with_trees
 from wire.execute import program_to_callable, typecheck
-from wire.format import WireProgram
+from wire.format import WireError, WireProgram
 
 _RNG_KINDS = {
     "f": lambda r: r.standard_normal((4, 8)).astype(np.float32),
@@ -239,3 +239,21 @@ def test_closed_over_arrays_become_consts_and_literals_keep_dtype():
     assert [c["name"] for c in program["consts"]] == ["c0"]
     lits = [x for e in program["eqns"] for x in e["in"] if isinstance(x, dict)]
     assert {(float(l["lit"]), l["dtype"]) for l in lits} >= {(2.0, "float32"), (3.0, "int8")}
+
+
+def test_a_custom_linear_solve_is_inlined_as_its_solve():
+    a = np.array([[4.0, 1.0], [1.0, 3.0]], np.float32)
+    b = np.array([1.0, 2.0], np.float32)
+
+    def fn(a, b):
+        return lax.custom_linear_solve(lambda x: a @ x, b, solve=lambda _, r: jnp.linalg.solve(a, r))
+
+    program = capture(fn, a, b)
+    assert "custom_linear_solve" not in {e["op"] for e in program["eqns"]}
+    np.testing.assert_allclose(program_to_callable(program)(a, b)[0], fn(a, b), rtol=1e-6)
+
+
+def test_a_typed_prng_key_is_refused_naming_the_primitive_and_the_dtype():
+    with pytest.raises(WireError) as err:
+        capture(lambda x: jax.random.uniform(jax.random.key(0), x.shape) + x, np.zeros(3, np.float32))
+    assert "primitive 'random_seed'" in str(err.value) and "key<fry>" in str(err.value)
