@@ -73,6 +73,10 @@ def _eval(jaxpr: jex.Jaxpr, consts: Sequence[Any], args: Sequence[Any]) -> list[
                 outs = _eval(body, (), ins)
         elif name == "custom_linear_solve":
             outs = _linear_solve(eqn.params, ins)
+        elif name == "device_put":
+            # placement between host devices: the values are its operands, as when pjit's
+            # shardings are inlined away (the optimized program runs where the client puts it)
+            outs = ins
         else:
             params = {k: _inline_param(v) for k, v in eqn.params.items()}
             outs = eqn.primitive.bind(*ins, **params)

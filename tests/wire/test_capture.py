@@ -257,3 +257,10 @@ def test_a_typed_prng_key_is_refused_naming_the_primitive_and_the_dtype():
     with pytest.raises(WireError) as err:
         capture(lambda x: jax.random.uniform(jax.random.key(0), x.shape) + x, np.zeros(3, np.float32))
     assert "primitive 'random_seed'" in str(err.value) and "key<fry>" in str(err.value)
+
+
+def test_device_put_is_captured_as_the_values_it_places():
+    x = np.arange(3, dtype=np.float32)
+    program = capture(lambda x: jax.device_put(x) * 2.0, x)
+    assert [e["op"] for e in program["eqns"]] == ["mul"]
+    np.testing.assert_array_equal(program_to_callable(program)(x)[0], x * 2.0)
