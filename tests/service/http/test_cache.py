@@ -1,15 +1,13 @@
-"""The result cache: hits through the app, corrupt entries recomputed,
-the Redis backend against a fake client, and two processes sharing one SQLite directory."""
+"""The result cache: hits through the app, corrupt entries recomputed, the Redis backend on the
+machine's Redis (shared by two app replicas), and two processes sharing one SQLite directory."""
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import sqlite3
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -21,7 +19,6 @@ from wire_examples import renamed
 from bench.models.zoo import ZOO
 from service.http.app import create_app
 from service.http.cache import RedisCache, ResultCache, SQLiteCache
-from service.http.devserver import free_port
 from service.http.settings import Settings
 from wire.capture import capture
 
@@ -88,28 +85,21 @@ def test_unwritable_cache_degrades_to_a_miss(tmp_path):
     assert cache.get("k") is None
 
 
+# The machine's Redis (.ci/run starts one if none answers), on a database of the tests' own.
+TEST_REDIS_URL = os.environ.get("OPTU_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+
 @pytest.fixture(scope="module")
 def redis_url():
-    """A real redis-server on a free loopback port (.ci/run installs it; skipped where absent)."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("redis-server is not installed (apt-get install redis-server; .ci/run does)")
-    port = free_port()
-    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"redis://127.0.0.1:{port}/0"
-    client = redis.Redis.from_url(url)
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            assert time.monotonic() < deadline, "redis-server did not start"
-            time.sleep(0.05)
-    yield url
-    proc.terminate()
-    proc.wait(timeout=10)
+    """The machine's Redis, emptied for the test; a Redis that does not answer fails the test."""
+    client = redis.Redis.from_url(TEST_REDIS_URL, socket_timeout=5)
+    try:
+        client.ping()
+    except redis.ConnectionError as err:
+        pytest.fail(f"no Redis answers at {TEST_REDIS_URL} ({err}); start redis-server (.ci/run does)")
+    client.flushdb()
+    yield TEST_REDIS_URL
+    client.flushdb()
 
 
 def test_redis_backend_round_trip_and_corruption(redis_url):
