@@ -54,12 +54,22 @@ def _optimize(args: argparse.Namespace) -> int:
     request = _load_request(args.file)
     hardware = args.hardware or request.get("hardware")
     response = optimize_program(request["program"], server=args.server, hardware=hardware,
-                                options=request.get("options"))
+                                options=request.get("options"), progress=_show_progress if args.server else None)
     if args.listing:
         print(response["listing"], end="")
     else:
         print(json.dumps(response, indent=2) if args.json else _summary(response))
     return 0
+
+
+def _show_progress(status: dict) -> None:
+    """One line on stderr per change of a server job's status (stdout stays the result)."""
+    p = status["progress"]
+    facts = [f"{status['state']}", p["stage"] or "",
+             f"{p['egraph_nodes']} e-nodes" if p["egraph_nodes"] is not None else "",
+             f"best {p['best_estimate_s'] * 1e6:.3f} us" if p["best_estimate_s"] is not None else "",
+             f"{p['elapsed_s']:.1f} s"]
+    print("job " + status["id"][:12] + ": " + ", ".join(f for f in facts if f), file=sys.stderr)
 
 
 def _validate(args: argparse.Namespace) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import threading
+import time
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -25,6 +26,10 @@ DEFAULT_HARDWARE = "optu-v1"
 # warning) on an error, a failed or an inconclusive validation; "raise" raises instead; "accept"
 # falls back like "fallback" but uses a result whose validation is inconclusive (with a warning).
 ON_ERROR = ("fallback", "raise", "accept")
+# Programs this large are sent to a server as jobs (submit, poll): they take seconds, and a job
+# survives a dropped connection; smaller ones are answered in one request.
+JOB_MIN_EQUATIONS = 200
+JOB_POLL_S = 0.2
 
 
 class OptimizeError(RuntimeError):
@@ -69,10 +74,15 @@ class OptimizeResult:
 
 def optimize_program(program: dict[str, Any], *, server: str | None = None,
                      hardware: str | dict | None = DEFAULT_HARDWARE, timeout: float = 120,
-                     options: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The /v1/optimize response for a wire program: POSTed to `server`, or run in-process."""
+                     options: dict[str, Any] | None = None,
+                     progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """The /v1/optimize response for a wire program: from `server`, or run in-process. A server is
+    sent a job (submitted, then polled, `progress` called with each new status) when `progress` is
+    given or the program has JOB_MIN_EQUATIONS equations or more; a small one is POSTed at once."""
     body = {"program": program, "hardware": hardware, "options": options or None}
     if server is not None:
+        if progress is not None or count_equations(program) >= JOB_MIN_EQUATIONS:
+            return _run_job(server, body, timeout, progress)
         return _post(server, body, timeout)
     from service.optimizer import pipeline  # in-process only: keeps the HTTP-only client light to import
 
@@ -125,13 +135,42 @@ def validate(fn_original: Callable[..., Any], fn_candidate: Callable[..., Any], 
     return validate_programs(original, candidate, server=server, fp_mode=fp_mode, seed=seed)
 
 
-def _post(server: str, body: dict[str, Any], timeout: float, route: str = "/v1/optimize") -> dict[str, Any]:
-    url = server.rstrip("/") + route
+def _run_job(server: str, body: dict[str, Any], timeout: float,
+             progress: Callable[[dict[str, Any]], None] | None) -> dict[str, Any]:
+    """Submit `body` as a job and poll it to its end; past `timeout` the job is cancelled."""
+    base = server.rstrip("/")
+    job = _answer(_request("post", base + "/v1/jobs", timeout, json=body), "/v1/jobs", (202,))
+    deadline, last = time.monotonic() + timeout, None
+    while True:
+        status = _answer(_request("get", base + job["status_url"], timeout), job["status_url"])
+        seen = (status["state"], {k: v for k, v in status["progress"].items() if k != "elapsed_s"})
+        if progress is not None and seen != last:  # a change, not just the clock
+            progress(status)
+        last = seen
+        if status["state"] == "succeeded":
+            return _answer(_request("get", base + job["result_url"], timeout), job["result_url"])
+        if status["state"] in ("failed", "cancelled"):
+            raise OptimizeError(f"optimize job {status['state']}: {status['error']}", detail=status["error"])
+        if time.monotonic() > deadline:
+            _request("delete", base + job["status_url"], timeout)
+            raise OptimizeError(f"optimize job did not finish within {timeout:g} s; it was cancelled")
+        time.sleep(JOB_POLL_S)
+
+
+def _request(method: str, url: str, timeout: float, **kwargs: Any) -> httpx.Response:
     try:
-        reply = httpx.post(url, json=body, timeout=timeout)
+        return httpx.request(method, url, timeout=timeout, **kwargs)
     except httpx.HTTPError as exc:
         raise OptimizeError(f"cannot reach {url}: {type(exc).__name__}: {exc}") from exc
-    if reply.status_code != 200:
+
+
+def _post(server: str, body: dict[str, Any], timeout: float, route: str = "/v1/optimize") -> dict[str, Any]:
+    return _answer(_request("post", server.rstrip("/") + route, timeout, json=body), route)
+
+
+def _answer(reply: httpx.Response, route: str, ok: tuple[int, ...] = (200,)) -> dict[str, Any]:
+    """The reply's JSON, or OptimizeError with its status and detail."""
+    if reply.status_code not in ok:
         try:
             detail = reply.json().get("detail")
         except (ValueError, AttributeError):
@@ -160,12 +199,14 @@ def _result(response: dict[str, Any], in_tree: Any, out_tree: Any) -> OptimizeRe
 
 def optimize(fn: Callable[..., Any], *args: Any, server: str | None = None,
              hardware: str | dict | None = DEFAULT_HARDWARE, weight_argnums: Sequence[int] = (),
-             timeout: float = 120, **options: Any) -> OptimizeResult:
+             timeout: float = 120, progress: Callable[[dict[str, Any]], None] | None = None,
+             **options: Any) -> OptimizeResult:
     """Capture `fn` at `args`, optimize it, and return the result with `.fn` taking the same
-    pytree arguments as `fn`. `options` are OptimizeOptions fields (validate=, fp_mode=, ...)."""
+    pytree arguments as `fn`. `options` are OptimizeOptions fields (validate=, fp_mode=, ...);
+    with a `server`, `progress` is called with the job's status as it changes."""
     program, in_tree, out_tree = capture_with_trees(fn, *args, weight_argnums=weight_argnums)
     response = optimize_program(program, server=server, hardware=hardware, timeout=timeout,
-                                options=options)
+                                options=options, progress=progress)
     if response["validation"]["status"] == "inconclusive":
         warnings.warn(f"optu: the optimized program's validation is inconclusive "
                       f"({response['validation'].get('reason')}); check `.validation` before using `.fn`",

@@ -20,19 +20,18 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from costmodel.profile import ProfileError, list_profiles, load_profile
 from service import VERSION
 from service.http import metrics
-from service.http.api_models import (HardwareSummary, OptimizeRequest, SweepRequest, UnknownHardware, count_equations,
-                                     error_status, resolve_hardware)
+from service.http.api_models import (HardwareSummary, OptimizeRequest, SweepRequest, UnknownHardware, error_status,
+                                     resolve_hardware)
 from service.http.auth import require_token
 from service.http.cache import ResultCache
-from service.http.limits import check_tensor_elements
+from service.http.job_routes import add_job_routes
+from service.http.optimize_request import prepare, program_within_limits, run
 from service.http.settings import Settings, get_settings, request_options
-from service.optimizer import pipeline
-from service.optimizer.request_key import canonical_request_id
 from service.optimizer.response import OptimizeResponse, SweepResponse
 from service.optimizer.sweep import SweepError, sweep
 from service.optimizer.translation_validation import ValidateRequest, ValidateResponse, validate_programs
 from service.optimizer.workers import QueueFull, WorkerDied, WorkerPool
-from wire.format import FORMAT, WireError, WireProgram
+from wire.format import FORMAT, WireError
 
 
 class BodySizeLimit:
@@ -138,6 +137,7 @@ async def _lifespan(app: FastAPI):
     try:
         yield
     finally:
+        await app.state.jobs.close()  # embedded jobs end with the server that runs them
         if app.state.pool is not None:
             await app.state.pool.stop()
             app.state.pool = None
@@ -163,24 +163,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.add_exception_handler(exc_type, _busy)
     app.add_exception_handler(Exception, _internal_error)
     _add_routes(app)
+    add_job_routes(app, settings)
     return app
-
-
-def _program_within_limits(wire: WireProgram, settings: Settings, field: str = "program") -> dict[str, Any]:
-    """The program exactly as the client sent it (aliases, literal objects), so the in-process
-    client and HTTP produce the same request id and result; 422 beyond OPTU_MAX_EQUATIONS or
-    OPTU_MAX_TENSOR_ELEMENTS."""
-    program = wire.model_dump(mode="json", by_alias=True)
-    n_eqns = count_equations(program)
-    if n_eqns > settings.max_equations:
-        raise HTTPException(422, {"eqn": None, "field": f"{field}.eqns",
-                                  "message": f"program has {n_eqns} equations; the limit is "
-                                             f"{settings.max_equations} (OPTU_MAX_EQUATIONS)"})
-    try:
-        check_tensor_elements(program, settings.max_tensor_elements)
-    except WireError as err:  # /v1/optimize's fields are the program's own; /v1/validate names which program
-        raise err if field == "program" else WireError(err.message, eqn=err.eqn, field=f"{field}.{err.field}")
-    return program
 
 
 def _add_routes(app: FastAPI) -> None:
@@ -193,17 +177,11 @@ def _add_routes(app: FastAPI) -> None:
     async def optimize(body: OptimizeRequest, settings: Settings = Depends(settings_of)) -> Any:
         # async so the worker pool is awaited on the loop; blocking steps (a large program's dump,
         # cache I/O, in-process optimization) go to threads so /healthz stays responsive.
-        program = await run_in_threadpool(_program_within_limits, body.program, settings)
-        hardware = resolve_hardware(body.hardware, settings.default_hardware)
-        options = request_options(body.options, settings)
-        key = await run_in_threadpool(canonical_request_id, program, hardware, options)
-        if (hit := await run_in_threadpool(app.state.cache.get, key)) is not None:
+        request = await prepare(body, settings)
+        if (hit := await run_in_threadpool(app.state.cache.get, request.key)) is not None:
             return hit  # answered without computing
-        if app.state.pool is None:
-            result = await run_in_threadpool(pipeline.optimize, program, hardware, options)
-        else:
-            result = await app.state.pool.submit(program, hardware, options)
-        return await run_in_threadpool(app.state.cache.put, key, result)
+        result = await run(app, request.program, request.hardware, request.options)
+        return await run_in_threadpool(app.state.cache.put, request.key, result)
 
     @app.post("/v1/sweep", response_model=SweepResponse, tags=["optimize"],
               responses={404: {"description": "unknown hardware profile name"},
@@ -211,7 +189,7 @@ def _add_routes(app: FastAPI) -> None:
                                               "profile field (named), or a program that does not type-check"}})
     def sweep_hardware(body: SweepRequest, settings: Settings = Depends(settings_of)) -> Any:
         """Optimize the program at every point of a grid of profile overrides, re-extracting each."""
-        program = _program_within_limits(body.program, settings)
+        program = program_within_limits(body.program, settings)
         hardware = resolve_hardware(body.hardware, settings.default_hardware)
         try:
             return sweep(program, hardware, body.params, request_options(body.options, settings))
@@ -223,8 +201,8 @@ def _add_routes(app: FastAPI) -> None:
                                               "signatures differ (the field is named)"}})
     def validate_candidate(body: ValidateRequest, settings: Settings = Depends(settings_of)) -> Any:
         """Translation validation of any candidate against an original with the same signature."""
-        original = _program_within_limits(body.original, settings, "original")
-        candidate = _program_within_limits(body.candidate, settings, "candidate")
+        original = program_within_limits(body.original, settings, "original")
+        candidate = program_within_limits(body.candidate, settings, "candidate")
         return validate_programs(original, candidate, body.fp_mode, body.seed)
 
     @app.get("/v1/hardware", response_model=list[HardwareSummary], tags=["hardware"])

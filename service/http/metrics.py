@@ -3,8 +3,9 @@ JSON log line per request.
 
 Every app gets its own `CollectorRegistry`, so tests (and several apps in one process) never
 share counters. `app.state.metrics` is the `Metrics` object: the middleware records requests,
-the cache reports lookups and freshly computed responses, and the worker pool calls
-`set_queue_depth(n)` and `inc_worker_restarts()`.
+the cache reports lookups and freshly computed responses, the worker pool calls
+`set_queue_depth(n)` and `inc_worker_restarts()`, the job store reports each job's end, and job
+counts and live workers are read at each scrape.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import sys
 import time
 import uuid
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, Callable
 
 from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -48,6 +49,11 @@ class Metrics:
         self.cache_lookups = Counter("optu_cache_lookups", "result cache lookups", ["result"], registry=r)
         self.queue_depth = Gauge("optu_queue_depth", "optimize requests waiting for a worker", registry=r)
         self.worker_restarts = Counter("optu_worker_restarts", "worker processes replaced", registry=r)
+        self.jobs_queued = Gauge("optu_jobs_queued", "jobs waiting for a worker", registry=r)
+        self.jobs_running = Gauge("optu_jobs_running", "jobs a worker is running", registry=r)
+        self.job_seconds = Histogram("optu_job_duration_seconds", "job time from submit to its end, by final state",
+                                     ["state"], buckets=LATENCY_BUCKETS, registry=r)
+        self.workers = Gauge("optu_workers", "worker processes up", registry=r)
         for result in ("hit", "miss"):  # both series exist from the start, so rates are defined
             self.cache_lookups.labels(result=result)
 
@@ -70,6 +76,15 @@ class Metrics:
 
     def inc_worker_restarts(self) -> None:
         self.worker_restarts.inc()
+
+    def watch(self, jobs_in: Callable[[str], int], workers_up: Callable[[], int]) -> None:
+        """Read the job counts and the live workers at each scrape (gauges that cannot go stale)."""
+        self.jobs_queued.set_function(lambda: jobs_in("queued"))
+        self.jobs_running.set_function(lambda: jobs_in("running"))
+        self.workers.set_function(workers_up)
+
+    def job_finished(self, state: str, seconds: float) -> None:
+        self.job_seconds.labels(state=state).observe(seconds)
 
     def render(self) -> Response:
         return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)

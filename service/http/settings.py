@@ -28,6 +28,8 @@ class Settings(BaseSettings):
     # Operation (service/optimizer/workers.py, service/http/cache.py, service/http/auth.py, service/http/metrics.py)
     workers: int = 2
     queue_depth: int = 16  # requests waiting for a worker beyond this get 503 + Retry-After
+    job_queue_depth: int = 64  # jobs queued or running beyond this get 429 + Retry-After
+    job_ttl_s: float = 3600.0  # a finished job is forgotten this long after (its result stays cached)
     deadline_grace_s: float = 5.0  # a worker past time limit + grace is killed and replaced
     cache_dir: str = ".optu-cache"  # embedded SQLite cache lives here
     cache_url: str | None = None  # redis://host:port/db to share the cache between replicas

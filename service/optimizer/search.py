@@ -26,6 +26,7 @@ from rewrites.kernel_seeds import KernelSeed, seed_kernels
 from rewrites.schedule import CHAINS_ORDERED, FUSION_ONLY, NO_RULES, SCHEDULES, Budget, SaturationReport, saturate
 from service.optimizer.background_validation import BackgroundValidation
 from service.optimizer.options import OptimizeOptions
+from service.optimizer.progress import report
 
 AUTO_ILP_NODE_BUDGET = 5_000  # beyond this the ILP rarely proves anything in the time it gets
 # Kernel e-graphs are harder (exclusive GEMMs, tee requirements, weak LP bounds). Started from
@@ -64,7 +65,9 @@ class Search:
 
 @contextmanager
 def stage(timings: dict[str, float], name: str):
-    """Adds the block's wall time to `timings[name]` (a piecewise search runs a stage per piece)."""
+    """Adds the block's wall time to `timings[name]` (a piecewise search runs a stage per piece),
+    and reports the stage as the search's progress."""
+    report(stage=name)
     start = time.perf_counter()
     yield
     timings[name] = round(timings.get(name, 0.0) + time.perf_counter() - start, 6)
@@ -98,6 +101,7 @@ def _search(program: dict[str, Any], profile: HardwareProfile, options: Optimize
                                        static_names(program, profile.kernel.precompute_weights))
             schedule = CHAINS_ORDERED if orders_every_matmul(program, chains) else schedule
         saturation = saturate(loaded.egraph, schedule, budget(options))
+        report(egraph_nodes=saturation.enodes)
     if validation is not None:
         validation.settle()  # the inputs are drawn by now: collection need not wait through extraction
     with stage(timings, "extract"):
@@ -105,6 +109,7 @@ def _search(program: dict[str, Any], profile: HardwareProfile, options: Optimize
         algebras = [_extract_stage(view, loaded, profile, program, options, proxy) for proxy in proxies(profile)]
         untrimmed = [emit_program(view, a.choice, loaded.params, program).program for a in algebras]
         algebraic = without_unused_consts(untrimmed[0])  # eqn indices are unchanged
+        report(best_estimate_s=algebras[0].cost)
     if validation is not None:
         validation.start(algebraic)
     with stage(timings, "fuse"):
@@ -126,6 +131,7 @@ def _search(program: dict[str, Any], profile: HardwareProfile, options: Optimize
     with stage(timings, "extract_kernels"):
         kernel_view = view_egraph(fused.egraph)
         extraction = _extract_stage(kernel_view, fused, profile, program, options, None, seeds)
+        report(egraph_nodes=kernel_view.enode_count, best_estimate_s=extraction.cost)
     sizes = {"enodes": view.enode_count, "eclasses": len(view.classes),
              "fusion_enodes": kernel_view.enode_count, "fusion_eclasses": len(kernel_view.classes)}
     result = Search(None, [], algebraic, saturation, fusion, algebras[0], extraction, sizes,

@@ -18,12 +18,14 @@ import multiprocessing
 import os
 import pickle
 import signal
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, Callable
 
 from costmodel.profile import HardwareProfile
 from service.optimizer import pipeline
 from service.optimizer.options import OptimizeOptions
+from service.optimizer.progress import Listener, listening
 from service.optimizer.warm_up import warm_up
 
 log = logging.getLogger(__name__)
@@ -31,6 +33,25 @@ log = logging.getLogger(__name__)
 READY_TIMEOUT_S = 120.0  # a cold worker imports JAX; beyond this it is considered broken
 RESPAWN_BACKOFF_S = 1.0  # between attempts when a worker cannot even start
 STOP_GRACE_S = 5.0  # a stopping worker gets this long to exit before SIGKILL
+
+
+class Cancelled(Exception):
+    """The request was cancelled (its ticket) before it finished; its worker, if any, was stopped."""
+
+
+class Ticket:
+    """A request's handle for cancelling it: queued, it never reaches a worker; running, the worker
+    serving it is killed (and replaced), which stops the search at once."""
+
+    def __init__(self) -> None:
+        self.cancelled = False
+        self.worker: _Worker | None = None
+        self.on_start: Callable[[], None] | None = None  # called when a worker takes the request
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        if self.worker is not None:
+            self.worker.kill()
 
 
 class QueueFull(Exception):
@@ -78,7 +99,8 @@ def _worker_main(conn) -> None:
         if job is None:
             return
         try:
-            reply: tuple[str, Any] = ("ok", pipeline.optimize(*job))
+            with listening(lambda facts: conn.send(("progress", facts))):
+                reply: tuple[str, Any] = ("ok", pipeline.optimize(*job))
         except Exception as exc:  # shipped to the parent, which re-raises it for the error mapping
             reply = ("error", _portable(exc))
         conn.send(reply)
@@ -100,14 +122,21 @@ class _Worker:
         except (EOFError, OSError):
             return False
 
-    def exchange(self, job: tuple, timeout_s: float) -> tuple[str, Any]:
-        """("ok", result) | ("error", exc) | ("deadline", None) | ("died", None). Blocking."""
+    def exchange(self, job: tuple, timeout_s: float, on_progress: Listener | None = None) -> tuple[str, Any]:
+        """("ok", result) | ("error", exc) | ("deadline", None) | ("died", None), handing the
+        worker's progress reports to `on_progress` meanwhile. Blocking."""
+        deadline = time.monotonic() + timeout_s
         try:
             self.conn.send(job)
-            if not self.conn.poll(timeout_s):
-                self.kill()
-                return "deadline", None
-            return self.conn.recv()
+            while True:
+                if not self.conn.poll(max(0.0, deadline - time.monotonic())):
+                    self.kill()
+                    return "deadline", None
+                kind, value = self.conn.recv()
+                if kind != "progress":
+                    return kind, value
+                if on_progress is not None:
+                    on_progress(value)
         except (EOFError, OSError):  # BrokenPipeError on send, EOF on recv: the worker is gone
             return "died", None
 
@@ -204,14 +233,17 @@ class WorkerPool:
 
     # -- requests ------------------------------------------------------------------------------
     async def submit(self, program: dict[str, Any], hardware: str | dict | HardwareProfile | None,
-                     options: OptimizeOptions | dict | None) -> dict[str, Any]:
-        """`pipeline.optimize` in a worker. Raises what the pipeline raised (client errors keep
-        their type and fields), QueueFull, or WorkerDied; a deadline answers the original program."""
+                     options: OptimizeOptions | dict | None, on_progress: Listener | None = None,
+                     ticket: Ticket | None = None, bounded: bool = True) -> dict[str, Any]:
+        """`pipeline.optimize` in a worker, its progress reports handed to `on_progress` (on a pool
+        thread). Raises what the pipeline raised (client errors keep their type and fields),
+        QueueFull (only when `bounded`: a caller with its own bound waits), WorkerDied, or Cancelled
+        (through `ticket`); a deadline answers the original program."""
         if self._idle is None or self._stopping:
             raise WorkerDied("the worker pool is not running")
         # Options as the caller resolved them (a server applies its defaults and caps first).
         options = OptimizeOptions.coerce(options).resolved()
-        if self._idle.empty() and self._waiting >= self.queue_depth:
+        if bounded and self._idle.empty() and self._waiting >= self.queue_depth:
             # a request takes about its time limit: by then a worker is likely free
             raise QueueFull(self.queue_depth, retry_after_s=max(1, round(options.time_limit_s)))
         self._waiting += 1
@@ -222,12 +254,22 @@ class WorkerPool:
                 worker = await self._idle.get()
         finally:
             self._waiting -= 1
+        if ticket is not None:
+            if ticket.cancelled:
+                self._idle.put_nowait(worker)
+                raise Cancelled("cancelled before a worker took it")
+            ticket.worker = worker
+            if ticket.on_start is not None:
+                ticket.on_start()
         deadline_s = options.time_limit_s + self.deadline_grace_s
         loop = asyncio.get_running_loop()
-        exchange = loop.run_in_executor(self._threads, worker.exchange, (program, hardware, options), deadline_s)
+        exchange = loop.run_in_executor(self._threads, worker.exchange, (program, hardware, options), deadline_s,
+                                        on_progress)
         # Returned (or replaced) when the exchange ends, even if this request is cancelled meanwhile.
         exchange.add_done_callback(lambda done: self._release(worker, done))
         kind, value = await asyncio.shield(exchange)
+        if ticket is not None and ticket.cancelled:
+            raise Cancelled("cancelled while running; its worker was stopped")
         if kind == "ok":
             return value
         if kind == "error":

@@ -9,11 +9,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from wire_examples import VALIDATED
 
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
 from service.client import OptimizeError, jit, optimize
 from wire.capture import capture
-from wire_examples import VALIDATED
 
 pytestmark = pytest.mark.integration  # a real server or subprocess
 
@@ -190,8 +190,8 @@ def test_jit_on_error_raise_raises():
 def test_cli_optimize_prints_a_summary_or_the_whole_response(tmp_path, capsys, server_url):
     import json
 
-    from wire.capture import capture
     from service.cli import main
+    from wire.capture import capture
 
     fn, args = ZOO["matmul_chain"]()
     path = tmp_path / "program.json"
@@ -200,7 +200,9 @@ def test_cli_optimize_prints_a_summary_or_the_whole_response(tmp_path, capsys, s
     summary = capsys.readouterr().out
     assert "speedup" in summary and "validation    passed" in summary and "kernels" in summary
     assert main(["optimize", str(path), "--server", server_url, "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["validation"]["status"] == "passed"
+    shown = capsys.readouterr()
+    assert json.loads(shown.out)["validation"]["status"] == "passed"
+    assert "job " in shown.err and "succeeded" in shown.err.splitlines()[-1]  # the job's progress, then its end
     assert main(["optimize", str(path), "--hardware", "nope"]) == 1
     assert "'nope'" in capsys.readouterr().err
     assert main(["optimize", str(path), "--server", server_url, "--listing"]) == 0
@@ -215,3 +217,12 @@ def test_cli_hardware_lists_profiles_locally_and_from_a_server(capsys, server_ur
     local = capsys.readouterr().out
     assert main(["hardware", "--server", server_url]) == 0
     assert capsys.readouterr().out == local and "optu-v1" in local
+
+
+def test_a_progress_callback_sends_a_job_and_sees_it_to_its_end(server_url, http_results):
+    fn, args = ZOO["mlp2"]()
+    seen: list[dict] = []
+    res = optimize(fn, *args, server=server_url, weight_argnums=WEIGHT_ARGNUMS["mlp2"], progress=seen.append)
+    assert seen and seen[-1]["state"] == "succeeded" and seen[-1]["id"] == res.response["id"]
+    assert all(s["id"] == seen[0]["id"] for s in seen)
+    assert res.program == http_results["mlp2"].program

@@ -157,3 +157,26 @@ def test_a_worker_killed_mid_request_fails_only_that_request(pool_server):
     after = wait_for(url, lambda s: s.get("workers") == 2, timeout_s=120)
     assert after["restarts"] >= before["restarts"] + 2
     assert set(worker_pids(proc.pid)).isdisjoint(pids)
+
+
+def test_a_cancelled_job_stops_its_worker_and_a_later_job_is_served(pool_server):
+    url, _ = pool_server
+    before = wait_for(url, lambda s: s.get("workers") == 2 and s.get("busy") == 0, timeout_s=120)
+    job = httpx.post(url + "/v1/jobs", json=slow_request(500, time_limit_s=60), timeout=60).json()
+    deadline = time.monotonic() + 120  # hang guard only
+    while (status := httpx.get(url + job["status_url"], timeout=10).json())["state"] != "running" \
+            or status["progress"]["stage"] is None:
+        assert time.monotonic() < deadline, status
+        time.sleep(0.05)
+    cancelled = httpx.delete(url + job["status_url"], timeout=60)
+    assert cancelled.status_code == 200 and cancelled.json()["state"] == "cancelled"
+    # the search stopped with its worker, which was replaced
+    after = wait_for(url, lambda s: s.get("workers") == 2 and s.get("busy") == 0, timeout_s=120)
+    assert after["restarts"] == before["restarts"] + 1
+    small = httpx.post(url + "/v1/jobs", json=tiny_request(501), timeout=60).json()
+    while (status := httpx.get(url + small["status_url"], timeout=10).json())["state"] not in \
+            ("succeeded", "failed", "cancelled"):
+        assert time.monotonic() < deadline + 120, status
+        time.sleep(0.05)
+    assert status["state"] == "succeeded"
+    assert httpx.get(url + small["result_url"], timeout=10).json()["validation"]["status"] in VALIDATED

@@ -1,0 +1,91 @@
+"""The job API: POST /v1/jobs (the body of /v1/optimize) answers 202 at once; GET /v1/jobs/{id}
+tells the state and progress, GET /v1/jobs/{id}/result gives what /v1/optimize would have
+answered, DELETE /v1/jobs/{id} cancels. A request that cannot run is refused at submit (the same
+4xx /v1/optimize gives), never turned into a failed job later."""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
+
+from service.http.api_models import OptimizeRequest
+from service.http.jobs import JobFinished, JobQueueFull, JobStore, UnknownJob
+from service.http.optimize_request import prepare, run
+from service.http.settings import Settings
+from service.optimizer.response import OptimizeResponse
+from wire.execute import typecheck
+
+
+class JobProgress(BaseModel):
+    stage: str | None = Field(description="the pipeline stage running now (typecheck, saturate, fuse, validate, ...)")
+    egraph_nodes: int | None = Field(description="e-nodes of the latest e-graph, once saturated")
+    best_estimate_s: float | None = Field(description="estimated time of the best program found so far")
+    elapsed_s: float = Field(description="seconds since a worker took the job (0 while queued)")
+
+
+class JobStatus(BaseModel):
+    id: str = Field(description="the job's id: its request's id, so the same request names the same job")
+    state: Literal["queued", "running", "succeeded", "failed", "cancelled"] = Field(description="where the job is")
+    progress: JobProgress = Field(description="how far the search has come")
+    error: Any = Field(None, description="why the job failed or was cancelled")
+
+
+class JobSubmitted(JobStatus):
+    status_url: str = Field(description="poll this for the state")
+    result_url: str = Field(description="the response, once the state is succeeded")
+
+
+async def _unknown(request: Request, exc: UnknownJob) -> JSONResponse:
+    return JSONResponse({"detail": str(exc)}, status_code=404)
+
+
+async def _finished(request: Request, exc: JobFinished) -> JSONResponse:
+    return JSONResponse({"detail": str(exc)}, status_code=409)
+
+
+async def _full(request: Request, exc: JobQueueFull) -> JSONResponse:
+    return JSONResponse({"detail": str(exc)}, status_code=429, headers={"Retry-After": str(exc.retry_after_s)})
+
+
+def add_job_routes(app: FastAPI, settings: Settings) -> None:
+    app.state.jobs = JobStore(lambda *request: run(app, *request), app.state.cache, settings.job_queue_depth,
+                              settings.job_ttl_s, on_finish=app.state.metrics.job_finished)
+    app.state.metrics.watch(app.state.jobs.count,
+                            lambda: app.state.pool.status()["workers"] if app.state.pool is not None else 0)
+    app.add_exception_handler(UnknownJob, _unknown)
+    app.add_exception_handler(JobFinished, _finished)
+    app.add_exception_handler(JobQueueFull, _full)
+    jobs: JobStore = app.state.jobs
+
+    @app.post("/v1/jobs", status_code=202, response_model=JobSubmitted, tags=["jobs"],
+              responses={422: {"description": "the program does not type-check, or invalid options/hardware "
+                                              "(as /v1/optimize)"},
+                         429: {"description": "OPTU_JOB_QUEUE_DEPTH jobs already queued or running"}})
+    async def submit(body: OptimizeRequest, settings: Settings = Depends(lambda: app.state.settings)) -> Any:
+        request = await prepare(body, settings)
+        await run_in_threadpool(typecheck, request.program)  # a bad program is this 422, not a failed job
+        job = await jobs.submit(request.key, request.program, request.hardware, request.options)
+        return {**job.status(), "status_url": f"/v1/jobs/{job.id}", "result_url": f"/v1/jobs/{job.id}/result"}
+
+    @app.get("/v1/jobs/{job_id}", response_model=JobStatus, tags=["jobs"],
+             responses={404: {"description": "unknown job (or forgotten after OPTU_JOB_TTL_S)"}})
+    async def status(job_id: str) -> Any:
+        return jobs.get(job_id).status()
+
+    @app.get("/v1/jobs/{job_id}/result", response_model=OptimizeResponse, tags=["jobs"],
+             responses={404: {"description": "unknown job"},
+                        409: {"description": "the job has not succeeded (yet): its state says why"}})
+    async def result(job_id: str) -> Any:
+        job = jobs.get(job_id)
+        if job.state != "succeeded":
+            return JSONResponse({"detail": f"job {job_id!r} is {job.state}; no result", **job.status()},
+                                status_code=409)
+        return job.result
+
+    @app.delete("/v1/jobs/{job_id}", response_model=JobStatus, tags=["jobs"],
+                responses={404: {"description": "unknown job"}, 409: {"description": "the job already finished"}})
+    async def cancel(job_id: str) -> Any:
+        return (await jobs.cancel(job_id)).status()

@@ -1,0 +1,162 @@
+"""Optimizations as jobs, embedded in the API process: submit, poll the state and progress, fetch
+the result, cancel. A job's id is its request's id, so the same request names the same job and a
+result already cached finishes its job at once. Jobs run through the same runner as
+/v1/optimize (the worker pool, or a thread); finished jobs are forgotten after a TTL (their
+results stay in the result cache)."""
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Literal
+
+from service.http.api_models import error_status
+from service.http.cache import ResultCache
+from service.optimizer.progress import Listener
+from service.optimizer.workers import Cancelled, Ticket
+
+State = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+FINISHED: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
+# (program, hardware, options, on_progress, ticket) -> the response
+Runner = Callable[[dict[str, Any], Any, Any, Listener, Ticket], Awaitable[dict[str, Any]]]
+
+
+class JobQueueFull(Exception):
+    """As many jobs are queued or running as the server takes: answer 429 + Retry-After."""
+
+    def __init__(self, depth: int, retry_after_s: int):
+        super().__init__(f"{depth} jobs are already queued or running; retry later")
+        self.retry_after_s = retry_after_s
+
+
+class UnknownJob(LookupError):
+    def __init__(self, job_id: str):
+        super().__init__(f"no job with id {job_id!r} (unknown, or finished longer ago than the job TTL)")
+
+
+class JobFinished(Exception):
+    """Cancelling a job that has already finished: answer 409."""
+
+
+@dataclass
+class Job:
+    id: str
+    state: State = "queued"
+    submitted_s: float = field(default_factory=time.monotonic)
+    started_s: float | None = None
+    finished_s: float | None = None
+    progress: dict[str, Any] = field(default_factory=dict)
+    result: dict[str, Any] | None = None
+    error: Any = None
+    ticket: Ticket = field(default_factory=Ticket)
+
+    def start(self) -> None:
+        if self.state == "queued":
+            self.state, self.started_s = "running", time.monotonic()
+
+    def finish(self, state: State, result: dict[str, Any] | None = None, error: Any = None) -> None:
+        self.state, self.result, self.error, self.finished_s = state, result, error, time.monotonic()
+
+    def status(self) -> dict[str, Any]:
+        """What GET /v1/jobs/{id} answers; elapsed_s counts from when a worker took the job."""
+        end = self.finished_s if self.finished_s is not None else time.monotonic()
+        elapsed = 0.0 if self.started_s is None else end - self.started_s
+        progress = {"stage": self.progress.get("stage", "done" if self.state == "succeeded" else None),
+                    "egraph_nodes": self.progress.get("egraph_nodes"),
+                    "best_estimate_s": self.progress.get("best_estimate_s"), "elapsed_s": round(elapsed, 3)}
+        return {"id": self.id, "state": self.state, "progress": progress, "error": self.error}
+
+
+class JobStore:
+    """The jobs of one API process. Use from its event loop."""
+
+    def __init__(self, run: Runner, cache: ResultCache, depth: int, ttl_s: float,
+                 on_finish: Callable[[str, float], None] | None = None):
+        self._run, self._cache, self.depth, self.ttl_s, self._on_finish = run, cache, depth, ttl_s, on_finish
+        self._jobs: dict[str, Job] = {}
+        self._tasks: set[asyncio.Task] = set()
+
+    def get(self, job_id: str) -> Job:
+        self._forget_expired()
+        if job_id not in self._jobs:
+            raise UnknownJob(job_id)
+        return self._jobs[job_id]
+
+    def active(self) -> int:
+        return sum(job.state not in FINISHED for job in self._jobs.values())
+
+    def count(self, state: State) -> int:
+        return sum(job.state == state for job in self._jobs.values())
+
+    async def submit(self, key: str, program: dict[str, Any], hardware: Any, options: Any) -> Job:
+        """The job of request `key`: the one already known (unless it failed or was cancelled),
+        one finished at once from the cache, or a new one, queued."""
+        self._forget_expired()
+        known = self._jobs.get(key)
+        if known is not None and known.state not in ("failed", "cancelled"):
+            return known
+        job = Job(key)
+        if (hit := await asyncio.to_thread(self._cache.get, key)) is not None:
+            job.start()
+            job.finish("succeeded", hit)
+        else:
+            if self.active() >= self.depth:
+                raise JobQueueFull(self.depth, retry_after_s=max(1, round(options.time_limit_s)))
+            task = asyncio.get_running_loop().create_task(self._execute(job, program, hardware, options))
+            self._tasks.add(task)  # a strong reference until it ends
+            task.add_done_callback(self._tasks.discard)
+        self._jobs[key] = job
+        return job
+
+    async def cancel(self, job_id: str) -> Job:
+        job = self.get(job_id)
+        if job.state in FINISHED:
+            raise JobFinished(f"job {job_id!r} has already finished ({job.state})")
+        self._finish(job, "cancelled", error="cancelled by the client")
+        await asyncio.to_thread(job.ticket.cancel)  # kills the worker serving it, if any
+        return job
+
+    async def _execute(self, job: Job, program: dict[str, Any], hardware: Any, options: Any) -> None:
+        loop = asyncio.get_running_loop()
+
+        def on_progress(facts: dict[str, Any]) -> None:  # from a pool thread: hand it to the loop
+            loop.call_soon_threadsafe(_record, job, facts)
+
+        job.ticket.on_start = job.start
+        try:
+            result = await self._run(program, hardware, options, on_progress, job.ticket)
+        except Cancelled:
+            return  # already marked cancelled by `cancel`
+        except Exception as exc:  # the request was checked at submit: what is left is the server's
+            status = error_status(exc)
+            self._finish(job, "failed", error=status[1] if status else f"{type(exc).__name__}: {exc}")
+            return
+        if job.state == "cancelled":
+            return
+        self._finish(job, "succeeded", await asyncio.to_thread(self._cache.put, job.id, result))
+
+    async def close(self) -> None:
+        """Wait for every job's run to end (a cancelled one without a pool ends at its search's next
+        stage): nothing may outlive the app, or its thread would be torn down mid-search at exit."""
+        for job in self._jobs.values():
+            if job.state not in FINISHED:
+                self._finish(job, "cancelled", error="the server is stopping")
+                await asyncio.to_thread(job.ticket.cancel)
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _finish(self, job: Job, state: State, result: dict[str, Any] | None = None, error: Any = None) -> None:
+        job.finish(state, result, error)
+        if self._on_finish is not None:
+            self._on_finish(state, job.finished_s - job.submitted_s)
+
+    def _forget_expired(self) -> None:
+        now = time.monotonic()
+        for key in [k for k, j in self._jobs.items() if j.finished_s is not None and now - j.finished_s > self.ttl_s]:
+            del self._jobs[key]
+
+
+def _record(job: Job, facts: dict[str, Any]) -> None:
+    if job.state in FINISHED:
+        return
+    job.start()
+    job.progress = {**job.progress, **facts}

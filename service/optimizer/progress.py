@@ -1,0 +1,29 @@
+"""Progress of an optimization as it runs: stages report where they are (the stage, the e-graph's
+size, the best estimate so far) to whoever listens in this context, such as a job's status. A
+context variable, so the stages need no extra parameter and a run nobody watches pays nothing."""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, Callable, Iterator
+
+Listener = Callable[[dict[str, Any]], None]
+
+_listener: ContextVar[Listener | None] = ContextVar("optu_progress", default=None)
+
+
+@contextmanager
+def listening(listener: Listener | None) -> Iterator[None]:
+    """Within the block, `report` hands its facts to `listener`."""
+    token = _listener.set(listener)
+    try:
+        yield
+    finally:
+        _listener.reset(token)
+
+
+def report(**facts: Any) -> None:
+    """Tell the listener, if any, e.g. report(stage="saturate") or report(egraph_nodes=1234)."""
+    listener = _listener.get()
+    if listener is not None:
+        listener(facts)
