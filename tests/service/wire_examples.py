@@ -35,3 +35,16 @@ NEGATE = {
 def renamed(program: dict, old: str, new: str) -> dict:
     """`program` with variable `old` spelled `new` everywhere."""
     return json.loads(json.dumps(program).replace(f'"{old}"', f'"{new}"'))
+
+
+def sum_program(n: int, width: int) -> dict:
+    """x0 + x1 + ... + x(n-1): associativity/commutativity make this slow to saturate, and a
+    warm worker needs several seconds for it whatever the time limit (ingest and validation are
+    not budgeted). `width` varies the shape so that no two requests share a cache entry."""
+    spec = {"shape": [8, width], "dtype": "float32"}
+    eqns, prev = [], "x0"
+    for i in range(1, n):
+        eqns.append({"op": "add", "in": [prev, f"x{i}"], "out": [{"name": f"s{i}", **spec}], "params": {}})
+        prev = f"s{i}"
+    return {"format": "optu.jaxpr/v1", "inputs": [{"name": f"x{i}", **spec} for i in range(n)],
+            "consts": [], "eqns": eqns, "outputs": [prev]}

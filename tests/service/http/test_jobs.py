@@ -10,21 +10,10 @@ import pytest
 from fastapi.testclient import TestClient
 from test_metrics import sample
 from wire_examples import MATMUL_SCALE as PROGRAM
-from wire_examples import VALIDATED
+from wire_examples import VALIDATED, sum_program
 
 from service.http.app import create_app
 from service.http.settings import Settings
-
-
-def chain_sum(n: int) -> dict:
-    """x0 + x1 + ... : commutativity and associativity keep a search busy for seconds."""
-    spec = {"shape": [8, 16], "dtype": "float32"}
-    eqns, prev = [], "x0"
-    for i in range(1, n):
-        eqns.append({"op": "add", "in": [prev, f"x{i}"], "out": [{"name": f"s{i}", **spec}], "params": {}})
-        prev = f"s{i}"
-    return {"format": "optu.jaxpr/v1", "inputs": [{"name": f"x{i}", **spec} for i in range(n)],
-            "consts": [], "eqns": eqns, "outputs": [prev]}
 
 
 @pytest.fixture
@@ -61,7 +50,7 @@ def test_a_job_succeeds_with_what_optimize_answers_and_the_same_request_is_the_s
 
 def test_a_running_job_reports_progress_and_is_cancelled_and_a_full_queue_answers_429(client):
     # without a pool the search stops at its next stage once cancelled: a short limit bounds that
-    slow = {"program": chain_sum(200), "options": {"time_limit_s": 3, "iter_limit": 100, "node_limit": 10**6}}
+    slow = {"program": sum_program(200, 16), "options": {"time_limit_s": 3, "iter_limit": 100, "node_limit": 10**6}}
     job = client.post("/v1/jobs", json=slow).json()
     running = wait_state(client, job["id"], {"running"})
     assert running["progress"]["stage"] is not None and running["progress"]["elapsed_s"] >= 0
