@@ -6,6 +6,7 @@ the budgets are checked between iterations; the hard deadline belongs to the wor
 from __future__ import annotations
 
 import time
+from typing import Callable
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -23,6 +24,9 @@ SINGLE_PATTERN = [ALGEBRA, LAYOUT, MATMUL, IDIOMS]
 MULTI_PATTERN = [MERGE]  # merges run a bounded number of rounds: they feed on their own output
 ALL_FAMILIES = [*SINGLE_PATTERN, *MULTI_PATTERN]  # the algebra; fusion runs as its own stage
 _RULE_NAMES = rule_names_by_decl([*ALL_FAMILIES, FUSION])
+
+
+AfterStep = Callable[["SaturationReport"], None]
 
 
 @dataclass(frozen=True)
@@ -91,7 +95,7 @@ def _record(result, fired: Counter) -> None:
 
 
 def _fuse(egraph: EGraph, fusion: Ruleset, budget: Budget, start: float, report: SaturationReport,
-          fired: Counter) -> None:
+          fired: Counter, after_step: AfterStep) -> None:
     """Fusion rounds until bodies stop growing; the time limit still applies (the algebra's node
     limit does not: bodies are bounded by their size guard)."""
     for _ in range(budget.fusion_rounds):
@@ -101,6 +105,7 @@ def _fuse(egraph: EGraph, fusion: Ruleset, budget: Budget, start: float, report:
         result = egraph.run(fusion)
         _record(result, fired)
         report.fusion_rounds += 1
+        after_step(report)
         if not result.updated:
             return
 
@@ -114,7 +119,10 @@ def _next_iteration(durations: list[float], sizes: list[int]) -> tuple[float, fl
     return durations[-1] * max(1.0, durations[-1] / durations[-2]), sizes[-1] * max(1.0, sizes[-1] / sizes[-2])
 
 
-def saturate(egraph: EGraph, schedule: Schedule, budget: Budget) -> SaturationReport:
+def saturate(egraph: EGraph, schedule: Schedule, budget: Budget,
+             after_step: AfterStep = lambda report: None) -> SaturationReport:
+    """Run `schedule` one iteration at a time under `budget`; `after_step` sees the report after
+    each iteration and fusion round (progress; an exception from it stops the run there)."""
     report, fired, start = SaturationReport(), Counter(), time.perf_counter()
     durations: list[float] = []
     sizes = [term_enodes(egraph)]
@@ -142,6 +150,7 @@ def saturate(egraph: EGraph, schedule: Schedule, budget: Budget) -> SaturationRe
             _record(result, fired)
         report.iterations = iteration + 1
         report.enodes = term_enodes(egraph)
+        after_step(report)
         durations.append(time.perf_counter() - began)
         sizes.append(report.enodes)
         if not changed:
@@ -151,7 +160,7 @@ def saturate(egraph: EGraph, schedule: Schedule, budget: Budget) -> SaturationRe
             report.stop_reason = "node_limit"
             break
     if schedule.fusion is not None:
-        _fuse(egraph, schedule.fusion, budget, start, report, fired)
+        _fuse(egraph, schedule.fusion, budget, start, report, fired, after_step)
     report.enodes = term_enodes(egraph)
     report.rules_fired = {k: v for k, v in sorted(fired.items()) if v}
     report.time_s = time.perf_counter() - start

@@ -136,8 +136,8 @@ class JobStore:
         self._finish(job, "succeeded", await asyncio.to_thread(self._cache.put, job.id, result))
 
     async def close(self) -> None:
-        """Wait for every job's run to end (a cancelled one without a pool ends at its search's next
-        stage): nothing may outlive the app, or its thread would be torn down mid-search at exit."""
+        """Cancel the jobs still running and wait for their runs to end (without a pool, a cancelled
+        search ends after its current step): a thread torn down mid-search at exit aborts Python."""
         for job in self._jobs.values():
             if job.state not in FINISHED:
                 self._finish(job, "cancelled", error="the server is stopping")

@@ -42,7 +42,7 @@ async def prepare(body: OptimizeRequest, settings: Settings) -> Prepared:
 async def run(app: FastAPI, program: dict[str, Any], hardware: Any, options: OptimizeOptions,
               on_progress: Listener | None = None, ticket: Ticket | None = None) -> dict[str, Any]:
     """`pipeline.optimize` in a worker, or on a thread when the app has no pool (OPTU_WORKERS=0);
-    there a cancelled ticket stops the search at its next stage."""
+    there a cancelled ticket stops the search after its current saturation step or stage."""
     if app.state.pool is not None:
         # a job (it has a ticket) waits for a worker however many wait: the job store bounds jobs
         return await app.state.pool.submit(program, hardware, options, on_progress, ticket, bounded=ticket is None)

@@ -73,6 +73,11 @@ def stage(timings: dict[str, float], name: str):
     timings[name] = round(timings.get(name, 0.0) + time.perf_counter() - start, 6)
 
 
+def _progress(saturation: SaturationReport) -> None:
+    """After each saturation step: the e-graph's size as progress (a cancelled run stops here)."""
+    report(egraph_nodes=saturation.enodes)
+
+
 def budget(options: OptimizeOptions) -> Budget:
     """The saturation budget of `options` (unset limits: the optimizer's defaults)."""
     options = options.resolved()
@@ -100,8 +105,7 @@ def _search(program: dict[str, Any], profile: HardwareProfile, options: Optimize
             chains = seed_chain_orders(loaded, [partial(price, profile) for price in proxies(profile).values()],
                                        static_names(program, profile.kernel.precompute_weights))
             schedule = CHAINS_ORDERED if orders_every_matmul(program, chains) else schedule
-        saturation = saturate(loaded.egraph, schedule, budget(options))
-        report(egraph_nodes=saturation.enodes)
+        saturation = saturate(loaded.egraph, schedule, budget(options), _progress)
     if validation is not None:
         validation.settle()  # the inputs are drawn by now: collection need not wait through extraction
     with stage(timings, "extract"):
@@ -122,7 +126,7 @@ def _search(program: dict[str, Any], profile: HardwareProfile, options: Optimize
             if candidate != program and candidate not in distinct and reads <= leaves:  # var indices agree
                 distinct.append(candidate)
         fused = egraphs.enter_context(ingest(program, distinct))  # all consts kept: var indices agree
-        fusion = saturate(fused.egraph, FUSION_ONLY if options.rules else NO_RULES, budget(options))
+        fusion = saturate(fused.egraph, FUSION_ONLY if options.rules else NO_RULES, budget(options), _progress)
         seeds = []
         for tag, candidate in enumerate(fused.programs if options.rules else []):
             for policy in POLICIES:

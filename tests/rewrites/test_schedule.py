@@ -52,6 +52,23 @@ def test_iter_limit_stops_a_program_that_needs_more_iterations():
     assert (zero.stop_reason, zero.iterations, zero.rules_fired) == ("iter_limit", 0, {})
 
 
+def test_after_step_sees_every_iteration_and_its_exception_stops_the_run():
+    goal = lambda x: jnp.exp(jnp.log(jnp.exp(x)))
+    seen = []
+    loaded = ingest(capture(goal, *X))
+    full = saturate(loaded.egraph, SCHEDULES["real"], Budget(), lambda r: seen.append((r.iterations, r.enodes)))
+    assert [i for i, _ in seen[:full.iterations]] == list(range(1, full.iterations + 1))
+
+    class Stop(Exception):
+        pass
+
+    def stop(report):
+        raise Stop
+
+    with pytest.raises(Stop):
+        saturate(ingest(capture(goal, *X)).egraph, SCHEDULES["real"], Budget(), stop)
+
+
 def test_node_limit_stops_a_growing_egraph():
     chain = lambda a, b, c, d, e: (((a @ b) @ c) @ d) @ e
     loaded, report = run(chain, CHAIN, node_limit=12)

@@ -49,7 +49,7 @@ def test_a_job_succeeds_with_what_optimize_answers_and_the_same_request_is_the_s
 
 
 def test_a_running_job_reports_progress_and_is_cancelled_and_a_full_queue_answers_429(client):
-    # without a pool the search stops at its next stage once cancelled: a short limit bounds that
+    # without a pool a cancelled search stops after its current saturation step: a short limit bounds that
     slow = {"program": sum_program(200, 16), "options": {"time_limit_s": 3, "iter_limit": 100, "node_limit": 10**6}}
     job = client.post("/v1/jobs", json=slow).json()
     running = wait_state(client, job["id"], {"running"})
