@@ -17,6 +17,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if INTEGRATION_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)
+        if item.get_closest_marker("container"):  # a container is a subprocess and a server
+            item.add_marker(pytest.mark.integration)
         if not any(item.get_closest_marker(tier) for tier in ("integration", "slow")):
             item.add_marker(pytest.mark.unit)
 

@@ -1,4 +1,4 @@
-"""Small hand-written wire programs shared by the service tests, and a helper to respell them."""
+"""Small hand-written wire programs shared by the tests, and a helper to respell them."""
 from __future__ import annotations
 
 import json
