@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import httpx
+from pydantic import ValidationError
 
 from service.client import OptimizeError, optimize_program, validate_programs
-from service.http.settings import get_settings
+from service.http.settings import Settings, get_settings
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -249,6 +250,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OptimizeError as exc:
         print(f"optu: {exc}", file=sys.stderr)
         return 1
+    except ValidationError as exc:
+        if exc.title != Settings.__name__:
+            raise
+        # a bad OPTU_* variable: one line naming it, and a non-zero exit (not a restart loop)
+        print("optu: " + "; ".join(f"invalid setting OPTU_{str(e['loc'][0]).upper()}={e['input']!r}: {e['msg']}"
+                                   for e in exc.errors()), file=sys.stderr)
+        return 2
     except (OSError, ValueError, httpx.HTTPError) as exc:
         print(f"optu: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

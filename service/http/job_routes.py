@@ -20,7 +20,8 @@ from wire.execute import typecheck
 
 
 class JobProgress(BaseModel):
-    stage: str | None = Field(description="the pipeline stage running now (typecheck, saturate, fuse, validate, ...)")
+    stage: str | None = Field(description="the pipeline stage running now (typecheck, saturate, fuse, validate, ...; "
+                                          "done once succeeded)")
     egraph_nodes: int | None = Field(description="e-nodes of the latest e-graph, once saturated")
     best_estimate_s: float | None = Field(description="estimated time of the best program found so far")
     elapsed_s: float = Field(description="seconds since a worker took the job (0 while queued)")

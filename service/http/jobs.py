@@ -61,7 +61,7 @@ class Job:
         """What GET /v1/jobs/{id} answers; elapsed_s counts from when a worker took the job."""
         end = self.finished_s if self.finished_s is not None else time.monotonic()
         elapsed = 0.0 if self.started_s is None else end - self.started_s
-        progress = {"stage": self.progress.get("stage", "done" if self.state == "succeeded" else None),
+        progress = {"stage": "done" if self.state == "succeeded" else self.progress.get("stage"),
                     "egraph_nodes": self.progress.get("egraph_nodes"),
                     "best_estimate_s": self.progress.get("best_estimate_s"), "elapsed_s": round(elapsed, 3)}
         return {"id": self.id, "state": self.state, "progress": progress, "error": self.error}
