@@ -18,8 +18,10 @@ import multiprocessing
 import os
 import pickle
 import signal
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from typing import Any, Callable
 
 from costmodel.profile import HardwareProfile
@@ -45,13 +47,27 @@ class Ticket:
 
     def __init__(self) -> None:
         self.cancelled = False
-        self.worker: _Worker | None = None
         self.on_start: Callable[[], None] | None = None  # called when a worker takes the request
+        self._worker: _Worker | None = None  # set only while a worker runs this request
+        self._lock = threading.Lock()
 
     def cancel(self) -> None:
-        self.cancelled = True
-        if self.worker is not None:
-            self.worker.kill()
+        with self._lock:  # a worker that has answered is not this request's to kill any more
+            self.cancelled = True
+            if self._worker is not None:
+                self._worker.kill()
+
+    def exchange(self, worker: _Worker, job: tuple, timeout_s: float, on_progress: Listener | None) -> tuple[str, Any]:
+        """`worker.exchange`, the worker killable through this ticket only while it runs."""
+        with self._lock:
+            if self.cancelled:  # before the job reached the worker, which stays healthy
+                return "cancelled", None
+            self._worker = worker
+        try:
+            return worker.exchange(job, timeout_s, on_progress)
+        finally:
+            with self._lock:
+                self._worker = None
 
 
 class QueueFull(Exception):
@@ -258,13 +274,12 @@ class WorkerPool:
             if ticket.cancelled:
                 self._idle.put_nowait(worker)
                 raise Cancelled("cancelled before a worker took it")
-            ticket.worker = worker
             if ticket.on_start is not None:
                 ticket.on_start()
         deadline_s = options.time_limit_s + self.deadline_grace_s
         loop = asyncio.get_running_loop()
-        exchange = loop.run_in_executor(self._threads, worker.exchange, (program, hardware, options), deadline_s,
-                                        on_progress)
+        run = worker.exchange if ticket is None else partial(ticket.exchange, worker)
+        exchange = loop.run_in_executor(self._threads, run, (program, hardware, options), deadline_s, on_progress)
         # Returned (or replaced) when the exchange ends, even if this request is cancelled meanwhile.
         exchange.add_done_callback(lambda done: self._release(worker, done))
         kind, value = await asyncio.shield(exchange)
