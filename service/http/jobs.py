@@ -95,17 +95,19 @@ class JobStore:
         known = self._jobs.get(key)
         if known is not None and known.state not in ("failed", "cancelled"):
             return known
-        job = Job(key)
+        job = self._jobs[key] = Job(key)  # before any await: a second submit of it finds this job
         if (hit := await asyncio.to_thread(self._cache.get, key)) is not None:
             job.start()
             job.finish("succeeded", hit)
-        else:
-            if self.active() >= self.depth:
-                raise JobQueueFull(self.depth, retry_after_s=max(1, round(options.time_limit_s)))
-            task = asyncio.get_running_loop().create_task(self._execute(job, program, hardware, options))
-            self._tasks.add(task)  # a strong reference until it ends
-            task.add_done_callback(self._tasks.discard)
-        self._jobs[key] = job
+            return job
+        if self.active() > self.depth:  # this job counts: one more than the depth is refused
+            self._jobs.pop(key)
+            if known is not None:
+                self._jobs[key] = known
+            raise JobQueueFull(self.depth, retry_after_s=max(1, round(options.time_limit_s)))
+        task = asyncio.get_running_loop().create_task(self._execute(job, program, hardware, options))
+        self._tasks.add(task)  # a strong reference until it ends
+        task.add_done_callback(self._tasks.discard)
         return job
 
     async def cancel(self, job_id: str) -> Job:
