@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
@@ -65,7 +65,7 @@ def add_job_routes(app: FastAPI, settings: Settings) -> None:
               responses={422: {"description": "the program does not type-check, or invalid options/hardware "
                                               "(as /v1/optimize)"},
                          429: {"description": "OPTU_JOB_QUEUE_DEPTH jobs already queued or running"}})
-    async def submit(body: OptimizeRequest, settings: Settings = Depends(lambda: app.state.settings)) -> Any:
+    async def submit(body: OptimizeRequest) -> Any:
         request = await prepare(body, settings)
         await run_in_threadpool(typecheck, request.program)  # a bad program is this 422, not a failed job
         job = await jobs.submit(request.key, request.program, request.hardware, request.options)

@@ -4,10 +4,10 @@ the same request names the same job, and bad input is refused at submit, not fai
 from __future__ import annotations
 
 import copy
-import time
 
 import pytest
 from fastapi.testclient import TestClient
+from polling import poll_until
 from test_metrics import sample
 from wire_examples import MATMUL_SCALE as PROGRAM
 from wire_examples import VALIDATED, sum_program
@@ -22,15 +22,8 @@ def client(tmp_path):
         yield client
 
 
-def wait_state(client, job_id: str, states: set[str], hang_guard_s: float = 300) -> dict:
-    """Poll until the job is in one of `states`; the limit only guards against a hang."""
-    deadline = time.monotonic() + hang_guard_s
-    while True:
-        status = client.get(f"/v1/jobs/{job_id}").json()
-        if status["state"] in states:
-            return status
-        assert time.monotonic() < deadline, status
-        time.sleep(0.05)
+def wait_state(client, job_id: str, states: set[str]) -> dict:
+    return poll_until(lambda: client.get(f"/v1/jobs/{job_id}").json(), lambda s: s["state"] in states)
 
 
 def test_a_job_succeeds_with_what_optimize_answers_and_the_same_request_is_the_same_job(client):

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import pytest
+from polling import poll_until
 from wire_examples import VALIDATED, sum_program
 
 from service.http.devserver import running_server
@@ -44,13 +44,11 @@ def pool_server(tmp_path_factory):
 
 def wait_for(url: str, predicate, timeout_s: float) -> dict:
     """Poll /readyz's worker status until `predicate` holds; fail after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        status = httpx.get(url + "/readyz", timeout=2).json().get("workers", {})
-        if predicate(status):
-            return status
-        assert time.monotonic() < deadline, f"pool never reached the expected state: {status}"
-        time.sleep(0.05)
+    return poll_until(lambda: httpx.get(url + "/readyz", timeout=2).json().get("workers", {}), predicate, timeout_s)
+
+
+def job_status(url: str, job: dict) -> dict:
+    return httpx.get(url + job["status_url"], timeout=10).json()
 
 
 def worker_pids(server_pid: int) -> list[int]:
@@ -150,20 +148,13 @@ def test_a_cancelled_job_stops_its_worker_and_a_later_job_is_served(pool_server)
     url, _ = pool_server
     before = wait_for(url, lambda s: s.get("workers") == 2 and s.get("busy") == 0, timeout_s=120)
     job = httpx.post(url + "/v1/jobs", json=slow_request(500, time_limit_s=60), timeout=60).json()
-    deadline = time.monotonic() + 120  # hang guard only
-    while (status := httpx.get(url + job["status_url"], timeout=10).json())["state"] != "running" \
-            or status["progress"]["stage"] is None:
-        assert time.monotonic() < deadline, status
-        time.sleep(0.05)
+    poll_until(lambda: job_status(url, job), lambda s: s["state"] == "running" and s["progress"]["stage"] is not None)
     cancelled = httpx.delete(url + job["status_url"], timeout=60)
     assert cancelled.status_code == 200 and cancelled.json()["state"] == "cancelled"
     # the search stopped with its worker, which was replaced
     after = wait_for(url, lambda s: s.get("workers") == 2 and s.get("busy") == 0, timeout_s=120)
     assert after["restarts"] == before["restarts"] + 1
     small = httpx.post(url + "/v1/jobs", json=tiny_request(501), timeout=60).json()
-    while (status := httpx.get(url + small["status_url"], timeout=10).json())["state"] not in \
-            ("succeeded", "failed", "cancelled"):
-        assert time.monotonic() < deadline + 120, status
-        time.sleep(0.05)
+    status = poll_until(lambda: job_status(url, small), lambda s: s["state"] in ("succeeded", "failed", "cancelled"))
     assert status["state"] == "succeeded"
     assert httpx.get(url + small["result_url"], timeout=10).json()["validation"]["status"] in VALIDATED
