@@ -1,4 +1,6 @@
-# optu-eqsat service image. Build: docker build -t optu-eqsat .   Run: docker run -p 8000:8000 optu-eqsat
+# optu-eqsat service image, both roles. Build: docker build -t optu-eqsat .
+#   API:    docker run -p 8000:8000 optu-eqsat            (optu serve)
+#   worker: docker run -e OPTU_QUEUE_URL=redis://HOST:6379/1 optu-eqsat worker   (any number)
 # Two stages: the builder turns the project into a wheel and installs it (with its pinned
 # dependencies) into /opt/venv; the runtime copies only that venv onto a fresh slim base.
 
@@ -16,10 +18,9 @@ COPY rewrites ./rewrites
 COPY costmodel ./costmodel
 COPY lowering ./lowering
 COPY bench ./bench
-# tests/test_dockerfile.py runs this same `pip wheel` line. redis is the client for
-# OPTU_CACHE_URL=redis://... (docker-compose.yml); the embedded SQLite cache needs nothing.
+# tests/test_dockerfile.py runs this same `pip wheel` line.
 RUN pip wheel --no-deps --wheel-dir /wheels . \
-    && pip install /wheels/*.whl "redis==5.2.1"
+    && pip install /wheels/*.whl
 
 FROM python:3.11-slim AS runtime
 LABEL org.opencontainers.image.title="optu-eqsat" \
@@ -40,8 +41,8 @@ ENV PATH=/opt/venv/bin:$PATH \
 USER 10001:10001
 WORKDIR /home/optu
 EXPOSE 8000
-# slim has no curl: probe with the standard library, on whatever port OPTU_PORT says.
+# One probe for both roles: a worker's heartbeat reached the broker lately, or the API answers /healthz.
 HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
-    CMD ["python", "-c", "import os, sys, urllib.request; port = os.environ.get('OPTU_PORT', '8000'); sys.exit(0 if urllib.request.urlopen(f'http://127.0.0.1:{port}/healthz', timeout=4).status == 200 else 1)"]
+    CMD ["python", "-m", "service.health"]
 ENTRYPOINT ["optu"]
 CMD ["serve"]

@@ -1,4 +1,4 @@
-"""The `optu` console script: serve the API, optimize a wire-program file, validate one program
+"""The `optu` console script: serve the API, run queue workers, optimize a wire-program file, validate one program
 against another, sweep hardware parameters, calibrate the cpu-host profile, list hardware profiles."""
 from __future__ import annotations
 
@@ -24,6 +24,25 @@ def _serve(args: argparse.Namespace) -> int:
                                                  (("host", args.host), ("port", args.port)) if v is not None})
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port)
     return 0
+
+
+def _worker(args: argparse.Namespace) -> int:
+    import socket
+    import uuid
+
+    from service.jobqueue.broker import Timing
+    from service.jobqueue.worker import QueueWorker
+
+    settings = get_settings()
+    if not settings.queue_url:
+        print("optu: optu worker takes jobs from a queue: set OPTU_QUEUE_URL=redis://host:port/db "
+              "(the API replicas' own setting)", file=sys.stderr)
+        return 2
+    # unique even among containers on one host network, where every worker is pid 1 of one hostname
+    name = args.name or f"optu-{uuid.uuid4().hex[:8]}@{socket.gethostname()}"
+    worker = QueueWorker(settings.queue_url, Timing(settings.queue_visibility_timeout_s), settings.job_ttl_s,
+                         settings.deadline_grace_s, name)
+    return worker.serve(settings.log_level)
 
 
 def _load_request(path: str) -> dict[str, Any]:
@@ -199,6 +218,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="default: OPTU_HOST")
     serve.add_argument("--port", type=int, help="default: OPTU_PORT")
     serve.set_defaults(run=_serve)
+
+    work = commands.add_parser("worker", help="run jobs from the queue at OPTU_QUEUE_URL (any number, any machine)")
+    work.add_argument("--name", help="this worker's name (default: optu-RANDOM@HOST)")
+    work.set_defaults(run=_worker)
 
     opt = commands.add_parser("optimize", help="optimize a wire program (or request body) file")
     opt.add_argument("file", metavar="FILE.json")

@@ -5,12 +5,17 @@ held to it: starting a subprocess there fails the test."""
 from __future__ import annotations
 
 import multiprocessing.process
+import os
 import subprocess
 
 import pytest
+import redis
 
 # Fixtures that start a server, worker processes or Redis: a test using one is an integration test.
-INTEGRATION_FIXTURES = frozenset({"server_url", "pool_server", "redis_url"})
+INTEGRATION_FIXTURES = frozenset({"server_url", "pool_server", "redis_url", "queue_url"})
+# The machine's Redis (.ci/run starts one if none answers): the cache tests and the job queue's
+# tests each on a database of their own.
+TEST_REDIS = os.environ.get("OPTU_TEST_REDIS", "redis://127.0.0.1:6379")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -38,3 +43,25 @@ def _unit_tests_start_no_process(request, monkeypatch):
 
     monkeypatch.setattr(subprocess, "Popen", refuse)
     monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", refuse)
+
+
+def _empty_redis_database(url: str):
+    """The machine's Redis database at `url`, emptied before and after; no answer fails the test."""
+    client = redis.Redis.from_url(url, socket_timeout=5)
+    try:
+        client.ping()
+    except redis.ConnectionError as err:
+        pytest.fail(f"no Redis answers at {url} ({err}); start redis-server (.ci/run does)")
+    client.flushdb()
+    yield url
+    client.flushdb()
+
+
+@pytest.fixture(scope="module")
+def redis_url():
+    yield from _empty_redis_database(f"{TEST_REDIS}/15")
+
+
+@pytest.fixture
+def queue_url():
+    yield from _empty_redis_database(f"{TEST_REDIS}/14")

@@ -48,7 +48,7 @@ class ResultCache:
 
     @classmethod
     def from_settings(cls, settings: Settings, observer: CacheObserver | None = None) -> ResultCache:
-        if settings.cache_url and settings.cache_url.startswith("redis://"):
+        if settings.cache_url:
             import redis  # only deployments that share a Redis need the client loaded
 
             # Bounded waits: an unreachable Redis must cost a miss, not hang the request.

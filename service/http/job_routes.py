@@ -1,20 +1,24 @@
 """The job API: POST /v1/jobs (the body of /v1/optimize) answers 202 at once; GET /v1/jobs/{id}
 tells the state and progress, GET /v1/jobs/{id}/result gives what /v1/optimize would have
 answered, DELETE /v1/jobs/{id} cancels. A request that cannot run is refused at submit (the same
-4xx /v1/optimize gives), never turned into a failed job later."""
+4xx /v1/optimize gives), never turned into a failed job later. Jobs run in this server's own pool,
+or on the shared queue when OPTU_QUEUE_URL is set."""
 from __future__ import annotations
 
 from typing import Any, Literal
 
+import redis
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from service.http.api_models import OptimizeRequest
-from service.http.jobs import JobFinished, JobQueueFull, JobStore, UnknownJob
+from service.http.jobs import JobFinished, JobQueueFull, JobStore, NoResult, UnknownJob
 from service.http.optimize_request import prepare, run
+from service.http.queue_jobs import QueueJobStore
 from service.http.settings import Settings
+from service.jobqueue.broker import Timing
 from service.optimizer.response import OptimizeResponse
 from wire.execute import typecheck
 
@@ -47,19 +51,35 @@ async def _finished(request: Request, exc: JobFinished) -> JSONResponse:
     return JSONResponse({"detail": str(exc)}, status_code=409)
 
 
+async def _no_result(request: Request, exc: NoResult) -> JSONResponse:
+    return JSONResponse({"detail": str(exc), **exc.status}, status_code=409)
+
+
+async def _queue_unreachable(request: Request, exc: redis.RedisError) -> JSONResponse:
+    return JSONResponse({"detail": f"the job queue (OPTU_QUEUE_URL) is unreachable: {type(exc).__name__}: {exc}"},
+                        status_code=503, headers={"Retry-After": "5"})
+
+
 async def _full(request: Request, exc: JobQueueFull) -> JSONResponse:
     return JSONResponse({"detail": str(exc)}, status_code=429, headers={"Retry-After": str(exc.retry_after_s)})
 
 
+def job_store(app: FastAPI, settings: Settings) -> JobStore | QueueJobStore:
+    """The shared queue's jobs when OPTU_QUEUE_URL names one; otherwise this server's own."""
+    on_finish = app.state.metrics.job_finished
+    if settings.queue_url:
+        return QueueJobStore(settings.queue_url, Timing(settings.queue_visibility_timeout_s), app.state.cache,
+                             settings.job_queue_depth, settings.job_ttl_s, on_finish)
+    return JobStore(lambda *request: run(app, *request), app.state.cache, settings.job_queue_depth, settings.job_ttl_s,
+                    lambda: app.state.pool.status()["workers"] if app.state.pool is not None else 0, on_finish)
+
+
 def add_job_routes(app: FastAPI, settings: Settings) -> None:
-    app.state.jobs = JobStore(lambda *request: run(app, *request), app.state.cache, settings.job_queue_depth,
-                              settings.job_ttl_s, on_finish=app.state.metrics.job_finished)
-    app.state.metrics.watch(app.state.jobs.count,
-                            lambda: app.state.pool.status()["workers"] if app.state.pool is not None else 0)
-    app.add_exception_handler(UnknownJob, _unknown)
-    app.add_exception_handler(JobFinished, _finished)
-    app.add_exception_handler(JobQueueFull, _full)
-    jobs: JobStore = app.state.jobs
+    jobs = app.state.jobs = job_store(app, settings)
+    app.state.metrics.watch(jobs)
+    for exc_type, handler in ((UnknownJob, _unknown), (JobFinished, _finished), (NoResult, _no_result),
+                              (JobQueueFull, _full), (redis.RedisError, _queue_unreachable)):
+        app.add_exception_handler(exc_type, handler)
 
     @app.post("/v1/jobs", status_code=202, response_model=JobSubmitted, tags=["jobs"],
               responses={422: {"description": "the program does not type-check, or invalid options/hardware "
@@ -68,25 +88,21 @@ def add_job_routes(app: FastAPI, settings: Settings) -> None:
     async def submit(body: OptimizeRequest) -> Any:
         request = await prepare(body, settings)
         await run_in_threadpool(typecheck, request.program)  # a bad program is this 422, not a failed job
-        job = await jobs.submit(request.key, request.program, request.hardware, request.options)
-        return {**job.status(), "status_url": f"/v1/jobs/{job.id}", "result_url": f"/v1/jobs/{job.id}/result"}
+        status = await jobs.submit(request.key, request.program, request.hardware, request.options)
+        return {**status, "status_url": f"/v1/jobs/{status['id']}", "result_url": f"/v1/jobs/{status['id']}/result"}
 
     @app.get("/v1/jobs/{job_id}", response_model=JobStatus, tags=["jobs"],
              responses={404: {"description": "unknown job (or forgotten after OPTU_JOB_TTL_S)"}})
     async def status(job_id: str) -> Any:
-        return jobs.get(job_id).status()
+        return await jobs.status(job_id)
 
     @app.get("/v1/jobs/{job_id}/result", response_model=OptimizeResponse, tags=["jobs"],
              responses={404: {"description": "unknown job"},
                         409: {"description": "the job has not succeeded (yet): its state says why"}})
     async def result(job_id: str) -> Any:
-        job = jobs.get(job_id)
-        if job.state != "succeeded":
-            return JSONResponse({"detail": f"job {job_id!r} is {job.state}; no result", **job.status()},
-                                status_code=409)
-        return job.result
+        return await jobs.result(job_id)
 
     @app.delete("/v1/jobs/{job_id}", response_model=JobStatus, tags=["jobs"],
                 responses={404: {"description": "unknown job"}, 409: {"description": "the job already finished"}})
     async def cancel(job_id: str) -> Any:
-        return (await jobs.cancel(job_id)).status()
+        return await jobs.cancel(job_id)

@@ -17,6 +17,7 @@ from service.optimizer.workers import Cancelled, Ticket
 
 State = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 FINISHED: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
+CANCELLED_BY_CLIENT = "cancelled by the client"
 # (program, hardware, options, on_progress, ticket) -> the response
 Runner = Callable[[dict[str, Any], Any, Any, Listener, Ticket], Awaitable[dict[str, Any]]]
 
@@ -36,6 +37,22 @@ class UnknownJob(LookupError):
 
 class JobFinished(Exception):
     """Cancelling a job that has already finished: answer 409."""
+
+
+class NoResult(Exception):
+    """The result of a job that has not succeeded (yet): answer 409 with its status."""
+
+    def __init__(self, status: dict[str, Any]):
+        super().__init__(f"job {status['id']!r} is {status['state']}; no result")
+        self.status = status
+
+
+def job_status(job_id: str, state: State, progress: dict[str, Any], elapsed_s: float, error: Any) -> dict[str, Any]:
+    """What GET /v1/jobs/{id} answers, whichever store holds the job."""
+    return {"id": job_id, "state": state, "error": error,
+            "progress": {"stage": "done" if state == "succeeded" else progress.get("stage"),
+                         "egraph_nodes": progress.get("egraph_nodes"),
+                         "best_estimate_s": progress.get("best_estimate_s"), "elapsed_s": round(elapsed_s, 3)}}
 
 
 @dataclass
@@ -58,48 +75,63 @@ class Job:
         self.state, self.result, self.error, self.finished_s = state, result, error, time.monotonic()
 
     def status(self) -> dict[str, Any]:
-        """What GET /v1/jobs/{id} answers; elapsed_s counts from when a worker took the job."""
+        """Its status; elapsed_s counts from when a worker took the job."""
         end = self.finished_s if self.finished_s is not None else time.monotonic()
-        elapsed = 0.0 if self.started_s is None else end - self.started_s
-        progress = {"stage": "done" if self.state == "succeeded" else self.progress.get("stage"),
-                    "egraph_nodes": self.progress.get("egraph_nodes"),
-                    "best_estimate_s": self.progress.get("best_estimate_s"), "elapsed_s": round(elapsed, 3)}
-        return {"id": self.id, "state": self.state, "progress": progress, "error": self.error}
+        return job_status(self.id, self.state, self.progress,
+                          0.0 if self.started_s is None else end - self.started_s, self.error)
 
 
 class JobStore:
-    """The jobs of one API process. Use from its event loop."""
+    """The jobs of one API process, run by its own worker pool. Use from its event loop. The queue's
+    store (service/http/queue_jobs.py) answers the same calls for jobs on a shared queue."""
 
-    def __init__(self, run: Runner, cache: ResultCache, depth: int, ttl_s: float,
+    def __init__(self, run: Runner, cache: ResultCache, depth: int, ttl_s: float, workers_up: Callable[[], int],
                  on_finish: Callable[[str, float], None] | None = None):
         self._run, self._cache, self.depth, self.ttl_s, self._on_finish = run, cache, depth, ttl_s, on_finish
+        self._workers_up = workers_up
         self._jobs: dict[str, Job] = {}
         self._tasks: set[asyncio.Task] = set()
 
-    def get(self, job_id: str) -> Job:
+    def _get(self, job_id: str) -> Job:
         self._forget_expired()
         if job_id not in self._jobs:
             raise UnknownJob(job_id)
         return self._jobs[job_id]
 
+    async def status(self, job_id: str) -> dict[str, Any]:
+        return self._get(job_id).status()
+
+    async def result(self, job_id: str) -> dict[str, Any]:
+        job = self._get(job_id)
+        if job.state != "succeeded":
+            raise NoResult(job.status())
+        return job.result
+
+    def workers_up(self) -> int:
+        return self._workers_up()
+
+    def redeliveries(self) -> int:
+        return 0  # a job here dies with its server; nothing delivers it again
+
     def active(self) -> int:
         return sum(job.state not in FINISHED for job in self._jobs.values())
 
     def count(self, state: State) -> int:
+        """Jobs in `state` now (read at each metrics scrape)."""
         return sum(job.state == state for job in self._jobs.values())
 
-    async def submit(self, key: str, program: dict[str, Any], hardware: Any, options: Any) -> Job:
-        """The job of request `key`: the one already known (unless it failed or was cancelled),
-        one finished at once from the cache, or a new one, queued."""
+    async def submit(self, key: str, program: dict[str, Any], hardware: Any, options: Any) -> dict[str, Any]:
+        """The status of request `key`'s job: the one already known (unless it failed or was
+        cancelled), one finished at once from the cache, or a new one, queued."""
         self._forget_expired()
         known = self._jobs.get(key)
         if known is not None and known.state not in ("failed", "cancelled"):
-            return known
+            return known.status()
         job = self._jobs[key] = Job(key)  # before any await: a second submit of it finds this job
         if (hit := await asyncio.to_thread(self._cache.get, key)) is not None:
             job.start()
             job.finish("succeeded", hit)
-            return job
+            return job.status()
         if self.active() > self.depth:  # this job counts: one more than the depth is refused
             self._jobs.pop(key)
             if known is not None:
@@ -108,15 +140,15 @@ class JobStore:
         task = asyncio.get_running_loop().create_task(self._execute(job, program, hardware, options))
         self._tasks.add(task)  # a strong reference until it ends
         task.add_done_callback(self._tasks.discard)
-        return job
+        return job.status()
 
-    async def cancel(self, job_id: str) -> Job:
-        job = self.get(job_id)
+    async def cancel(self, job_id: str) -> dict[str, Any]:
+        job = self._get(job_id)
         if job.state in FINISHED:
             raise JobFinished(f"job {job_id!r} has already finished ({job.state})")
-        self._finish(job, "cancelled", error="cancelled by the client")
+        self._finish(job, "cancelled", error=CANCELLED_BY_CLIENT)
         await asyncio.to_thread(job.ticket.cancel)  # kills the worker serving it, if any
-        return job
+        return job.status()
 
     async def _execute(self, job: Job, program: dict[str, Any], hardware: Any, options: Any) -> None:
         loop = asyncio.get_running_loop()

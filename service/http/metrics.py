@@ -5,7 +5,7 @@ Every app gets its own `CollectorRegistry`, so tests (and several apps in one pr
 share counters. `app.state.metrics` is the `Metrics` object: the middleware records requests,
 the cache reports lookups and freshly computed responses, the worker pool calls
 `set_queue_depth(n)` and `inc_worker_restarts()`, the job store reports each job's end, and job
-counts and live workers are read at each scrape.
+counts, live workers and redeliveries are read from the job store at each scrape.
 """
 from __future__ import annotations
 
@@ -15,10 +15,12 @@ import sys
 import time
 import uuid
 from contextvars import ContextVar
-from typing import Any, Callable
+from typing import Any, Protocol
 
 from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.http.settings import Settings
@@ -32,6 +34,27 @@ MAX_REQUEST_ID = 128  # a client-chosen id longer than this (or not printable) i
 # Per-request facts gathered below the middleware (the cache outcome). The middleware installs a
 # fresh dict; sync routes run in a copy of the context, which still holds this same dict.
 _request_facts: ContextVar[dict[str, Any] | None] = ContextVar("optu_request_facts", default=None)
+
+
+class JobCounts(Protocol):
+    """What a job store tells the metrics (service/http/jobs.py, service/http/queue_jobs.py)."""
+
+    def count(self, state: str) -> float: ...
+
+    def workers_up(self) -> float: ...
+
+    def redeliveries(self) -> float: ...
+
+
+class _Redeliveries(Collector):
+    """A counter kept by the job store (in Redis, for the queue's workers), read at each scrape."""
+
+    def __init__(self, jobs: JobCounts):
+        self.jobs = jobs
+
+    def collect(self):
+        yield CounterMetricFamily("optu_job_redeliveries", "jobs run again after their worker died",
+                                  value=self.jobs.redeliveries())
 
 
 class Metrics:
@@ -77,11 +100,12 @@ class Metrics:
     def inc_worker_restarts(self) -> None:
         self.worker_restarts.inc()
 
-    def watch(self, jobs_in: Callable[[str], int], workers_up: Callable[[], int]) -> None:
-        """Read the job counts and the live workers at each scrape (gauges that cannot go stale)."""
-        self.jobs_queued.set_function(lambda: jobs_in("queued"))
-        self.jobs_running.set_function(lambda: jobs_in("running"))
-        self.workers.set_function(workers_up)
+    def watch(self, jobs: JobCounts) -> None:
+        """Read the job counts, the live workers and the redeliveries at each scrape (never stale)."""
+        self.jobs_queued.set_function(lambda: jobs.count("queued"))
+        self.jobs_running.set_function(lambda: jobs.count("running"))
+        self.workers.set_function(jobs.workers_up)
+        self.registry.register(_Redeliveries(jobs))
 
     def job_finished(self, state: str, seconds: float) -> None:
         self.job_seconds.labels(state=state).observe(seconds)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
+from pydantic import field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from costmodel.profile import DEFAULT_PROFILE
@@ -30,11 +31,20 @@ class Settings(BaseSettings):
     queue_depth: int = 16  # requests waiting for a worker beyond this get 503 + Retry-After
     job_queue_depth: int = 64  # jobs queued or running beyond this get 429 + Retry-After
     job_ttl_s: float = 3600.0  # a finished job is forgotten this long after (its result stays cached)
+    queue_url: str | None = None  # redis://host:port/db: jobs go to `optu worker` processes through Celery
+    queue_visibility_timeout_s: float = 30.0  # a job whose worker is lost runs again after about this long
     deadline_grace_s: float = 5.0  # a worker past time limit + grace is killed and replaced
     cache_dir: str = ".optu-cache"  # embedded SQLite cache lives here
     cache_url: str | None = None  # redis://host:port/db to share the cache between replicas
     api_token: str | None = None  # when set, /v1/* requires Authorization: Bearer <token>
     log_level: str = "INFO"
+
+    @field_validator("queue_url", "cache_url")
+    @classmethod
+    def _redis_url(cls, url: str | None) -> str | None:
+        if url and not url.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError(f"expected a redis://host:port/db URL, got {url!r}")
+        return url
 
 
 @lru_cache

@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 READY_TIMEOUT_S = 120.0  # a cold worker imports JAX; beyond this it is considered broken
 RESPAWN_BACKOFF_S = 1.0  # between attempts when a worker cannot even start
 STOP_GRACE_S = 5.0  # a stopping worker gets this long to exit before SIGKILL
+PARENT_WATCH_S = 0.5  # how often a worker checks that its parent still lives
 
 
 class Cancelled(Exception):
@@ -48,7 +49,7 @@ class Ticket:
     def __init__(self) -> None:
         self.cancelled = False
         self.on_start: Callable[[], None] | None = None  # called when a worker takes the request
-        self._worker: _Worker | None = None  # set only while a worker runs this request
+        self._worker: WorkerProcess | None = None  # set only while a worker runs this request
         self._lock = threading.Lock()
 
     def cancel(self) -> None:
@@ -57,7 +58,7 @@ class Ticket:
             if self._worker is not None:
                 self._worker.kill()
 
-    def exchange(self, worker: _Worker, job: tuple, timeout_s: float, on_progress: Listener | None) -> tuple[str, Any]:
+    def exchange(self, worker: WorkerProcess, job: tuple, timeout_s: float, on_progress: Listener | None) -> tuple[str, Any]:
         """`worker.exchange`, the worker killable through this ticket only while it runs."""
         with self._lock:
             if self.cancelled:  # before the job reached the worker, which stays healthy
@@ -94,11 +95,20 @@ def _portable(exc: Exception) -> Exception:
         return RuntimeError(f"{type(exc).__name__}: {exc}")
 
 
+def _exit_with(parent_pid: int) -> None:
+    """Exit as soon as the parent process is gone: a parent killed outright (SIGKILL) never tells
+    its worker, which would otherwise search on for nobody until its request's end."""
+    while os.getppid() == parent_pid:
+        time.sleep(PARENT_WATCH_S)
+    os._exit(1)
+
+
 def _worker_main(conn) -> None:
     """Entry point of a worker process: serve jobs from `conn` until None or the pipe closes. A job
     carries everything the pipeline needs (options resolved by the app): workers read no settings."""
     # Ctrl-C in a terminal reaches the whole process group; the parent decides when workers stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_exit_with, args=(os.getppid(),), name="optu-parent-watch", daemon=True).start()
     import jax
 
     jax.default_backend()  # initialise the backend now, not inside the first request's deadline
@@ -119,13 +129,17 @@ def _worker_main(conn) -> None:
                 reply: tuple[str, Any] = ("ok", pipeline.optimize(*job))
         except Exception as exc:  # shipped to the parent, which re-raises it for the error mapping
             reply = ("error", _portable(exc))
-        conn.send(reply)
+        try:
+            conn.send(reply)
+        except OSError:  # the parent is gone (a progress report may have found out first)
+            return
 
 
-class _Worker:
-    """One worker process and the parent's end of its pipe."""
+class WorkerProcess:
+    """One warm worker process and the parent's end of its pipe (spawned: JAX is not fork-safe)."""
 
-    def __init__(self, ctx):
+    def __init__(self, ctx=None):
+        ctx = ctx or multiprocessing.get_context("spawn")
         self.conn, child = ctx.Pipe()
         # daemon: multiprocessing kills the worker if the server exits without calling stop()
         self.process = ctx.Process(target=_worker_main, args=(child,), name="optu-worker", daemon=True)
@@ -176,6 +190,22 @@ class _Worker:
             self.conn.close()
 
 
+def answer(kind: str, value: Any, request: tuple, deadline_grace_s: float) -> dict[str, Any]:
+    """The response to a `WorkerProcess.exchange` of `request` = (program, hardware, options):
+    its result, the error it raised, or at a deadline the original program; WorkerDied if the
+    worker died without answering."""
+    if kind == "ok":
+        return value
+    if kind == "error":
+        raise value
+    if kind == "deadline":
+        program, hardware, options = request
+        note = (f"the worker passed the request's deadline ({options.time_limit_s + deadline_grace_s:g} s = "
+                f"time limit + {deadline_grace_s:g} s grace) and was stopped; returning the original program")
+        return pipeline.original_response(program, hardware, options, note)
+    raise WorkerDied("the worker serving this request died before answering; retry")
+
+
 class WorkerPool:
     """`workers` warm worker processes behind a queue of at most `queue_depth` waiting requests; a
     request may run for its time limit + `deadline_grace_s`. Use from one event loop: `await
@@ -187,8 +217,8 @@ class WorkerPool:
         self._ctx = multiprocessing.get_context("spawn")
         # One thread per in-flight exchange and per worker being started: never more than this.
         self._threads = ThreadPoolExecutor(max_workers=2 * workers, thread_name_prefix="optu-pool")
-        self._idle: asyncio.Queue[_Worker] | None = None
-        self._live: set[_Worker] = set()
+        self._idle: asyncio.Queue[WorkerProcess] | None = None
+        self._live: set[WorkerProcess] = set()
         self._starting: set[asyncio.Task] = set()
         self._waiting = 0
         self._stopping = False
@@ -231,7 +261,7 @@ class WorkerPool:
         loop = asyncio.get_running_loop()
         while not self._stopping:
             try:
-                worker = await loop.run_in_executor(self._threads, _Worker, self._ctx)
+                worker = await loop.run_in_executor(self._threads, WorkerProcess, self._ctx)
             except Exception:  # e.g. out of processes; keep trying, readiness reports the gap
                 log.exception("could not start a worker process; retrying")
                 await asyncio.sleep(RESPAWN_BACKOFF_S)
@@ -285,17 +315,9 @@ class WorkerPool:
         kind, value = await asyncio.shield(exchange)
         if ticket is not None and ticket.cancelled:
             raise Cancelled("cancelled while running; its worker was stopped")
-        if kind == "ok":
-            return value
-        if kind == "error":
-            raise value
-        if kind == "deadline":
-            note = (f"the worker passed the request's deadline ({deadline_s:g} s = time limit + "
-                    f"{self.deadline_grace_s:g} s grace) and was stopped; returning the original program")
-            return await asyncio.to_thread(pipeline.original_response, program, hardware, options, note)
-        raise WorkerDied("the worker serving this request died before answering; retry")
+        return await asyncio.to_thread(answer, kind, value, (program, hardware, options), self.deadline_grace_s)
 
-    def _release(self, worker: _Worker, done: Future) -> None:
+    def _release(self, worker: WorkerProcess, done: Future) -> None:
         """Back to the idle queue if it answered; otherwise replaced by a fresh worker."""
         if self._stopping:
             return
@@ -305,7 +327,7 @@ class WorkerPool:
             return
         self._retire(worker)
 
-    def _retire(self, worker: _Worker) -> None:
+    def _retire(self, worker: WorkerProcess) -> None:
         """Kill (or just reap) a worker and start its replacement."""
         self._live.discard(worker)
         self._threads.submit(worker.kill)

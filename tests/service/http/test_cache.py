@@ -85,23 +85,6 @@ def test_unwritable_cache_degrades_to_a_miss(tmp_path):
     assert cache.get("k") is None
 
 
-# The machine's Redis (.ci/run starts one if none answers), on a database of the tests' own.
-TEST_REDIS_URL = os.environ.get("OPTU_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
-
-
-@pytest.fixture(scope="module")
-def redis_url():
-    """The machine's Redis, emptied for the test; a Redis that does not answer fails the test."""
-    client = redis.Redis.from_url(TEST_REDIS_URL, socket_timeout=5)
-    try:
-        client.ping()
-    except redis.ConnectionError as err:
-        pytest.fail(f"no Redis answers at {TEST_REDIS_URL} ({err}); start redis-server (.ci/run does)")
-    client.flushdb()
-    yield TEST_REDIS_URL
-    client.flushdb()
-
-
 def test_redis_backend_round_trip_and_corruption(redis_url):
     cache = ResultCache.from_settings(Settings(cache_url=redis_url))
     assert isinstance(cache, RedisCache)

@@ -8,7 +8,7 @@ import copy
 import pytest
 from fastapi.testclient import TestClient
 from polling import poll_until
-from test_metrics import sample
+from prometheus_text import sample
 from wire_examples import MATMUL_SCALE as PROGRAM
 from wire_examples import VALIDATED, sum_program
 

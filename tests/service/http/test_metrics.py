@@ -9,6 +9,7 @@ import re
 
 import pytest
 from fastapi.testclient import TestClient
+from prometheus_text import sample
 from wire_examples import NEGATE as PROGRAM
 
 from service.http.app import create_app
@@ -19,15 +20,6 @@ from service.http.settings import Settings
 @pytest.fixture
 def client(tmp_path):
     return TestClient(create_app(Settings(workers=0, cache_dir=str(tmp_path))), raise_server_exceptions=False)
-
-
-def sample(text: str, name: str, **labels) -> float:
-    """The value of one series in the exposition text (labels in any order)."""
-    for line in text.splitlines():
-        m = re.fullmatch(rf"{name}(?:\{{(.*)\}})? (\S+)", line)
-        if m and dict(re.findall(r'(\w+)="([^"]*)"', m.group(1) or "")) == labels:
-            return float(m.group(2))
-    raise AssertionError(f"no sample {name}{labels}")
 
 
 def test_metrics_expose_requests_latency_stages_cache_queue_and_restarts(client):
