@@ -138,14 +138,18 @@ def test_builder_copies_every_package_the_wheel_is_made_of():
     assert {".git", ".venv"} <= ignored
 
 
-def test_compose_runs_three_replicas_on_one_shared_redis():
+def test_compose_runs_api_replicas_and_scalable_workers_on_a_queue_and_a_cache():
     yaml = pytest.importorskip("yaml")
     compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]
-    optu, redis = compose["optu"], compose["redis"]
+    optu, worker, queue, cache = (compose[name] for name in ("optu", "worker", "queue", "cache"))
     assert optu["deploy"]["replicas"] == 3
-    assert optu["environment"]["OPTU_CACHE_URL"] == "redis://redis:6379/0"
-    assert optu["build"]["context"] == "." and optu["depends_on"]["redis"]["condition"] == "service_healthy"
-    assert re.fullmatch(r"redis:\d[\w.\-]*", redis["image"]), "pin the redis image"
+    assert optu["environment"]["OPTU_CACHE_URL"] == "redis://cache:6379/0"
+    assert optu["environment"]["OPTU_QUEUE_URL"] == worker["environment"]["OPTU_QUEUE_URL"] == "redis://queue:6379/0"
+    assert worker["command"] == ["worker"] and worker["image"] == optu["image"] and "replicas" in worker["deploy"]
+    assert optu["build"]["context"] == "." and optu["depends_on"]["queue"]["condition"] == "service_healthy"
+    assert "noeviction" in queue["command"], "an evicted message would be a lost job"
+    for redis in (queue, cache):
+        assert re.fullmatch(r"redis:\d[\w.\-]*", redis["image"]), "pin the redis image"
     # Published as a range so every replica gets its own host port (a fixed one would collide).
     assert any(str(p).startswith("8000-8002:") for p in optu["ports"])
 

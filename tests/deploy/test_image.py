@@ -4,16 +4,13 @@ the real client as a user that is not root, and draining an in-flight request on
 it exits 0. Without an engine these tests skip on a developer's machine and fail under CI=true."""
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 import threading
 import time
 import uuid
-from pathlib import Path
 
 import httpx
 import pytest
+from docker_engine import docker, health
 from wire_examples import sum_program
 
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
@@ -22,28 +19,7 @@ from service.http.devserver import free_port
 
 pytestmark = pytest.mark.container
 
-REPO = Path(__file__).resolve().parents[1]
-IMAGE = "optu-eqsat:test"
 STOP_TIMEOUT_S = 60  # docker stop's SIGKILL after this: exit 137 instead of 0 would show it
-
-
-def docker(*args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess:
-    done = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
-    if check:
-        assert done.returncode == 0, f"docker {' '.join(args)}: {done.stderr[-2000:]}"
-    return done
-
-
-@pytest.fixture(scope="module")
-def image() -> str:
-    answers = shutil.which("docker") and docker("info", timeout=60, check=False).returncode == 0
-    if not answers:
-        why = "no Docker engine answers (../shared/container/engine.sh starts one)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(why)
-        pytest.skip(why)
-    docker("build", "--network", "host", "-t", IMAGE, str(REPO), timeout=1200)
-    return IMAGE
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +31,8 @@ def container(image):
            "-e", "OPTU_WORKERS=1", image)
     try:
         deadline = time.monotonic() + 300  # hang guard: a cold JAX import and the first health probe
-        while (health := docker("inspect", "--format", "{{.State.Health.Status}}", name).stdout.strip()) != "healthy":
-            assert health in ("starting", ""), (health, docker("logs", name, check=False).stderr[-2000:])
+        while (state := health(name)) != "healthy":
+            assert state in ("starting", ""), (state, docker("logs", name, check=False).stderr[-2000:])
             assert time.monotonic() < deadline, docker("logs", name, check=False).stderr[-2000:]
             time.sleep(1)
         yield f"http://127.0.0.1:{port}", name
