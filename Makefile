@@ -4,7 +4,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 PY := $(VENV)/bin/python
 
-.PHONY: serve test test-fast bench install clean
+.PHONY: serve test test-fast bench image install clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -34,6 +34,12 @@ bench: $(STAMP)
 	$(PY) -m bench.calibration
 	$(PY) -m bench.assumptions
 	$(PY) -m bench.load
+	$(PY) -m bench.queue_load
+
+# The service image (both roles: `optu serve`, `optu worker`); on host-network-only machines the
+# build itself must use the host network too.
+image:
+	docker build --network host -t optu-eqsat:0.1.0 .
 
 clean:
 	rm -rf $(VENV) build *.egg-info

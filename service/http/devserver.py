@@ -1,5 +1,5 @@
-"""Run the real service in a subprocess on a free loopback port: what the live-server tests and
-the load benchmark share."""
+"""Run the real service in subprocesses: the API on a free loopback port, and job-queue workers.
+What the live-server tests and the load benchmarks share."""
 from __future__ import annotations
 
 import os
@@ -53,6 +53,27 @@ def running_server(settings: dict[str, str] | None = None, *, ready_path: str = 
         yield url, proc
     finally:
         stop(proc)
+
+
+def start_workers(names: list[str], settings: dict[str, str], timeout_s: float = 180.0) -> list[subprocess.Popen]:
+    """`optu worker --name NAME` processes with the OPTU_* `settings` (OPTU_QUEUE_URL among them),
+    returned once each has announced itself on the queue (its child process warm)."""
+    import redis
+
+    from service.jobqueue.broker import WORKER_PREFIX
+
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **settings}
+    procs = [subprocess.Popen([sys.executable, "-m", "service.cli", "worker", "--name", name], cwd=REPO_ROOT,
+                              env=env, stdout=subprocess.DEVNULL) for name in names]
+    queue = redis.Redis.from_url(settings["OPTU_QUEUE_URL"])
+    deadline = time.monotonic() + timeout_s
+    while not all(queue.exists(WORKER_PREFIX + name) for name in names):
+        if any(proc.poll() is not None for proc in procs) or time.monotonic() > deadline:
+            for proc in procs:
+                proc.kill()
+            raise RuntimeError(f"workers {names} did not come up within {timeout_s:.0f} s")
+        time.sleep(0.1)
+    return procs
 
 
 def stop(proc: subprocess.Popen) -> None:

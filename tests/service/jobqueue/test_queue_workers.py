@@ -4,10 +4,8 @@ same result), a job that kills its worker twice fails with the reason, and a can
 search stops and frees its worker."""
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 from contextlib import ExitStack
 
 import httpx
@@ -17,8 +15,8 @@ from polling import poll_until
 from prometheus_text import sample
 from wire_examples import VALIDATED, sum_program
 
-from service.http.devserver import REPO_ROOT, running_server
-from service.jobqueue.broker import WORKER_PREFIX, JobKeys
+from service.http.devserver import running_server, start_workers
+from service.jobqueue.broker import JobKeys
 from service.optimizer import pipeline
 
 VISIBILITY_S = "4"  # a lost worker's job runs again after seconds, not the default half minute
@@ -39,15 +37,12 @@ class Workers:
 
     def __init__(self, queue_url: str, env: dict[str, str], stack: ExitStack):
         self.redis = redis.Redis.from_url(queue_url, decode_responses=True)
-        self.env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **env}
+        self.env = env
         self.procs: dict[str, subprocess.Popen] = {}
         stack.callback(self.kill_all)
 
     def start(self, *names: str) -> None:
-        for name in names:
-            self.procs[name] = subprocess.Popen([sys.executable, "-m", "service.cli", "worker", "--name", name],
-                                                cwd=REPO_ROOT, env=self.env, stdout=subprocess.DEVNULL)
-        poll_until(lambda: [self.redis.exists(WORKER_PREFIX + n) for n in names], all)
+        self.procs.update(zip(names, start_workers(list(names), self.env)))
 
     def kill(self, name: str) -> None:
         self.procs[name].send_signal(signal.SIGKILL)
