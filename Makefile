@@ -4,7 +4,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 PY := $(VENV)/bin/python
 
-.PHONY: serve test test-fast bench image install clean
+.PHONY: serve test test-fast bench image lock install clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -35,11 +35,18 @@ bench: $(STAMP)
 	$(PY) -m bench.assumptions
 	$(PY) -m bench.load
 	$(PY) -m bench.queue_load
+	$(PY) -m bench.image
 
 # The service image (both roles: `optu serve`, `optu worker`); on host-network-only machines the
 # build itself must use the host network too.
 image:
 	docker build --network host -t optu-eqsat:0.1.0 .
+
+# The image's dependencies, exact and hashed, from pyproject.toml's (the dev extras are not in it),
+# for any Python 3.11 (markers kept: the image's interpreter is not this machine's).
+lock: $(STAMP)
+	$(VENV)/bin/uv pip compile pyproject.toml --universal --python-version 3.11 --generate-hashes --no-header \
+		-o requirements.lock
 
 clean:
 	rm -rf $(VENV) build *.egg-info

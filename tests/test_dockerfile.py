@@ -220,3 +220,20 @@ def test_entry_point_starts_and_the_healthcheck_passes():
             time.sleep(0.3)
     finally:
         stop(proc)
+
+
+def test_the_lock_pins_every_dependency_with_hashes_and_the_image_installs_from_it():
+    from packaging.requirements import Requirement
+
+    lock = (REPO / "requirements.lock").read_text()
+    pins = dict(re.findall(r"^([A-Za-z0-9_.\-]+)==(\S+)", lock, re.M))
+    normalized = {name.lower().replace("_", "-"): version for name, version in pins.items()}
+    for line in pyproject()["project"]["dependencies"]:
+        requirement = Requirement(line)
+        version = normalized.get(requirement.name.lower().replace("_", "-"))
+        assert version is not None, f"{requirement.name} is not in requirements.lock (make lock)"
+        assert requirement.specifier.contains(version, prereleases=True), f"lock has {requirement.name}=={version}"
+    blocks = re.split(r"^(?=[A-Za-z0-9_.\-]+==)", lock, flags=re.M)[1:]
+    assert all("--hash=sha256:" in block for block in blocks), "every pin carries its hashes"
+    install = " ".join(a for k, a in stages()[0] if k == "RUN" and "requirements.lock" in a)
+    assert "--require-hashes" in install

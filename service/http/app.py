@@ -228,6 +228,8 @@ def _add_routes(app: FastAPI) -> None:
         except Exception as exc:  # any failure here means "not ready", reported, never raised
             return JSONResponse({"status": "not ready", "reason": f"{type(exc).__name__}: {exc}"},
                                 status_code=503)
+        if (reason := app.state.jobs.unready_reason()) is not None:
+            return JSONResponse({"status": "not ready", "reason": reason}, status_code=503)
         pool: WorkerPool | None = app.state.pool
         if pool is not None and not pool.ready():
             return JSONResponse({"status": "not ready", "reason": "no worker process is up yet",

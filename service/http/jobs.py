@@ -113,6 +113,9 @@ class JobStore:
     def redeliveries(self) -> int:
         return 0  # a job here dies with its server; nothing delivers it again
 
+    def unready_reason(self) -> str | None:
+        return None  # jobs run where the requests do: the pool's readiness says it all
+
     def active(self) -> int:
         return sum(job.state not in FINISHED for job in self._jobs.values())
 

@@ -59,6 +59,14 @@ class QueueJobStore:
         """Jobs outlive this replica: they stay on the queue for the workers."""
         self.redis.close()
 
+    def unready_reason(self) -> str | None:
+        """Why jobs cannot be taken now (the queue's Redis does not answer), or None."""
+        try:
+            self.redis.ping()
+            return None
+        except redis.RedisError as exc:
+            return f"the job queue (OPTU_QUEUE_URL) is unreachable: {type(exc).__name__}"
+
     # -- metrics, read at each scrape ----------------------------------------------------------
     def count(self, state: State) -> float:
         """Jobs queued (submitted, not finished, run by no worker now) or running (by a live worker)."""

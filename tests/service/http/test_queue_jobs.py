@@ -68,3 +68,4 @@ def test_an_unreachable_queue_answers_503_not_500(tmp_path):
         assert answer.status_code == 503 and "OPTU_QUEUE_URL" in answer.json()["detail"]
         assert "Retry-After" in answer.headers
         assert client.get("/metrics").status_code == 200  # the gauges read NaN, the scrape still works
+        assert client.get("/readyz").status_code == 503 and "OPTU_QUEUE_URL" in client.get("/readyz").json()["reason"]
