@@ -116,16 +116,20 @@ class SQLiteCache(ResultCache):
 
     def __init__(self, directory: Path, observer: CacheObserver | None = None):
         super().__init__(observer)
-        directory.mkdir(parents=True, exist_ok=True)
-        # The default directory sits in the working tree; keep its files out of version control.
-        ignore = directory / ".gitignore"
-        if not ignore.exists():
-            ignore.write_text("*\n")
         self.path = directory / "results.sqlite3"
-        with closing(self._connect()) as conn, conn:
-            conn.execute("PRAGMA journal_mode=WAL")  # persistent: recorded in the file itself
-            conn.execute("CREATE TABLE IF NOT EXISTS results (key TEXT PRIMARY KEY, "
-                         "payload TEXT NOT NULL, checksum TEXT NOT NULL)")
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            # The default directory sits in the working tree; keep its files out of version control.
+            ignore = directory / ".gitignore"
+            if not ignore.exists():
+                ignore.write_text("*\n")
+            with closing(self._connect()) as conn, conn:
+                conn.execute("PRAGMA journal_mode=WAL")  # persistent: recorded in the file itself
+                conn.execute("CREATE TABLE IF NOT EXISTS results (key TEXT PRIMARY KEY, "
+                             "payload TEXT NOT NULL, checksum TEXT NOT NULL)")
+        except (OSError, sqlite3.Error) as exc:  # e.g. a read-only file system: serve, uncached
+            log.warning("result cache unavailable at %s (%s: %s): every request is computed",
+                        directory, type(exc).__name__, exc)
 
     def _connect(self) -> sqlite3.Connection:
         # A connection per operation: safe from any thread, and nothing stale survives a fork.

@@ -85,6 +85,14 @@ def test_unwritable_cache_degrades_to_a_miss(tmp_path):
     assert cache.get("k") is None
 
 
+def test_a_cache_directory_that_cannot_be_created_serves_uncached(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")  # a file where the directory should go, as a read-only file system refuses it
+    cache = SQLiteCache(blocker / "cache")
+    assert cache.put("k", {"v": 1}) == {"v": 1}
+    assert cache.get("k") is None
+
+
 def test_redis_backend_round_trip_and_corruption(redis_url):
     cache = ResultCache.from_settings(Settings(cache_url=redis_url))
     assert isinstance(cache, RedisCache)
