@@ -82,7 +82,7 @@ class QueueWorker:
                       options: dict[str, Any]) -> dict[str, Any]:
         keys = JobKeys(job_id)
         record = self.redis.hgetall(keys.record)
-        if record.get("run") != run or record.get("cancelled") or record.get("finished"):
+        if record.get("run") != run or record.get("cancelled") or task.AsyncResult(job_id).ready():
             raise Ignore()  # superseded by a later submission, forgotten, cancelled, or a copy of a finished job
         lease = self.redis.lock(keys.lease, timeout=self.timing.lease_s, blocking=False, thread_local=False)
         if not lease.acquire():  # delivered again while the worker that has it still runs it: look later
