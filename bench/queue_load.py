@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         for workers in (1, 2):
             redis.Redis.from_url(args.redis).flushdb()
             settings = {"OPTU_QUEUE_URL": args.redis, "OPTU_CACHE_DIR": f"{cache_dir}/{workers}", "OPTU_WORKERS": "0",
-                        "OPTU_LOG_LEVEL": "WARNING", "OPTU_JOB_QUEUE_DEPTH": str(4 * args.jobs)}
+                        "OPTU_LOG_LEVEL": "WARNING", "OPTU_JOB_QUEUE_DEPTH": str(4 * args.jobs), "TMPDIR": cache_dir}
             procs = start_workers([f"bench-{workers}-{k}" for k in range(workers)], settings)
             try:
                 with running_server(settings, quiet=True) as (url, _):

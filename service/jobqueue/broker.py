@@ -8,6 +8,7 @@ lease has lapsed the job's worker is gone and the job runs again, at most MAX_AT
 from __future__ import annotations
 
 import math
+import os
 import tempfile
 import time
 from dataclasses import dataclass
@@ -21,8 +22,8 @@ MAX_ATTEMPTS = 2  # a job whose worker dies this many times ends failed instead 
 ACTIVE = "optu:jobs:active"  # sorted set: jobs submitted and not yet finished, scored by submit time
 REDELIVERIES = "optu:jobs:redeliveries"  # how many times a job ran again after its worker died
 WORKER_PREFIX = "optu:worker:"  # one key per live worker, expiring unless the worker refreshes it
-# Touched by a worker at each heartbeat that reached the broker; the container's health probe
-# (service/health.py) reads its age.
+# Written by a worker (its pid) at each heartbeat that reached the broker; the container's health
+# probe (service/health.py) reads its age.
 HEARTBEAT_FILE = Path(tempfile.gettempdir()) / "optu-worker.heartbeat"
 
 
@@ -64,12 +65,20 @@ class JobKeys:
         return f"optu:job:{self.job_id}:lease"
 
 
+def beat() -> None:
+    """Record that this process, a worker, is alive and reached the broker just now."""
+    HEARTBEAT_FILE.write_text(str(os.getpid()))
+
+
 def heartbeat_age_s() -> float | None:
-    """Seconds since this machine's worker last beat; None when no worker runs here."""
+    """Seconds since this machine's worker last beat; None when no worker runs here (no file, or
+    the file of a worker that is gone: one killed outright cannot remove it)."""
     try:
-        return time.time() - HEARTBEAT_FILE.stat().st_mtime
-    except FileNotFoundError:
+        pid, age = int(HEARTBEAT_FILE.read_text()), time.time() - HEARTBEAT_FILE.stat().st_mtime
+        os.kill(pid, 0)
+    except (OSError, ValueError):  # no file, an unreadable one, or no such process
         return None
+    return age
 
 
 def queue_app(url: str, timing: Timing, result_ttl_s: float) -> Celery:

@@ -18,7 +18,7 @@ from celery import Task
 from celery.exceptions import Ignore
 
 from service.jobqueue.broker import (ACTIVE, HEARTBEAT_FILE, MAX_ATTEMPTS, QUEUE, REDELIVERIES, TASK, WORKER_PREFIX,
-                                     JobKeys, Timing, queue_app)
+                                     JobKeys, Timing, beat, queue_app)
 from service.optimizer.options import OptimizeOptions
 from service.optimizer.workers import Cancelled, Ticket, WorkerDied, WorkerProcess, answer
 
@@ -153,7 +153,7 @@ class QueueWorker:
                     last_beat = time.monotonic()
                     self.redis.set(WORKER_PREFIX + self.name, running.keys.job_id if running else "",
                                    ex=max(1, round(self.timing.lease_s)))
-                    HEARTBEAT_FILE.touch()  # healthy: alive and reaching the broker
+                    beat()  # healthy: alive and reaching the broker
                     if running is not None:
                         running.lease.reacquire()
             except Exception:  # Redis away for a moment: the next tick tries again

@@ -29,7 +29,7 @@ LONG = {"time_limit_s": 40, "iter_limit": 100, "node_limit": 200_000}  # runs un
 
 def queue_env(queue_url: str, tmp_path) -> dict[str, str]:
     return {"OPTU_QUEUE_URL": queue_url, "OPTU_QUEUE_VISIBILITY_TIMEOUT_S": VISIBILITY_S, "OPTU_WORKERS": "0",
-            "OPTU_CACHE_DIR": str(tmp_path / "cache")}
+            "OPTU_CACHE_DIR": str(tmp_path / "cache"), "TMPDIR": str(tmp_path)}  # heartbeat files stay here
 
 
 class Workers:
