@@ -15,4 +15,3 @@ def test_an_invalid_setting_is_one_line_naming_it_and_a_nonzero_exit(monkeypatch
         get_settings.cache_clear()
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "invalid setting OPTU_PORT='abc'" in err and "integer" in err
-
