@@ -123,12 +123,12 @@ class QueueJobStore:
         """The job's status and, once it succeeded, its response."""
         if not record:
             raise UnknownJob(job_id)
-        task = self.app.AsyncResult(job_id)
-        state: State = "cancelled" if record.get("cancelled") else _STATES.get(task.state, "queued")
-        info = task.info
+        meta = self.app.backend.get_task_meta(job_id)  # one read: Celery's state and its result or progress
+        task_state, info = meta["status"], meta["result"]
+        state: State = "cancelled" if record.get("cancelled") else _STATES.get(task_state, "queued")
         result = info if state == "succeeded" else None
         error = record.get("cancelled") or (f"{info}" if state == "failed" else None)
-        progress = info if task.state == "PROGRESS" and isinstance(info, dict) else {}
+        progress = info if task_state == "PROGRESS" and isinstance(info, dict) else {}
         if result is not None:
             progress = {"egraph_nodes": result["report"]["egraph"].get("enodes"),
                         "best_estimate_s": result["estimate"]["optimized"]["time_s"]}

@@ -315,7 +315,10 @@ class WorkerPool:
         kind, value = await asyncio.shield(exchange)
         if ticket is not None and ticket.cancelled:
             raise Cancelled("cancelled while running; its worker was stopped")
-        return await asyncio.to_thread(answer, kind, value, (program, hardware, options), self.deadline_grace_s)
+        request = (program, hardware, options)
+        if kind == "deadline":  # the original program's response is computed: off the event loop
+            return await asyncio.to_thread(answer, kind, value, request, self.deadline_grace_s)
+        return answer(kind, value, request, self.deadline_grace_s)
 
     def _release(self, worker: WorkerProcess, done: Future) -> None:
         """Back to the idle queue if it answered; otherwise replaced by a fresh worker."""
