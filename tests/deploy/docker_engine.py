@@ -39,5 +39,8 @@ def build_image() -> str:
     return IMAGE
 
 
-def health(container: str) -> str:
-    return docker("inspect", "--format", "{{.State.Health.Status}}", container).stdout.strip()
+def healthy(container: str) -> bool:
+    """Whether its HEALTHCHECK says healthy yet; a container that turned unhealthy fails the test."""
+    state = docker("inspect", "--format", "{{.State.Health.Status}}", container).stdout.strip()
+    assert state in ("starting", "healthy"), (container, state, docker("logs", container, check=False).stderr[-2000:])
+    return state == "healthy"

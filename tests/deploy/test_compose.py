@@ -10,7 +10,7 @@ import uuid
 import httpx
 import pytest
 import redis
-from docker_engine import docker, engine_or_skip, health, run
+from docker_engine import docker, engine_or_skip, healthy, run
 from polling import poll_until
 from wire_examples import VALIDATED, sum_program
 
@@ -43,7 +43,7 @@ def deployment(image):
     compose = ("docker-compose", "-p", project, *FILES)
     try:
         run(*compose, "up", "-d", "--no-build", "--scale", "worker=2", env=env, timeout=300)
-        poll_until(lambda: _states(compose, env), lambda states: _all_healthy(states, compose, env))
+        poll_until(lambda: _containers(compose, env), lambda found: _all_healthy(found))
         yield f"http://127.0.0.1:{port}", compose, env, redis.Redis.from_url(queue_url, decode_responses=True)
     finally:
         run(*compose, "down", "-v", "--timeout", "10", env=env, timeout=300, check=False)
@@ -51,20 +51,14 @@ def deployment(image):
             redis.Redis.from_url(url).flushdb()
 
 
-def _states(compose, env) -> dict[str, list[str]]:
-    """Each service's containers' health."""
-    states: dict[str, list[str]] = {}
-    for service in SERVICES:
-        for container in run(*compose, "ps", "-q", service, env=env).stdout.split():
-            states.setdefault(service, []).append(health(container))
-    return states
+def _containers(compose, env) -> dict[str, list[str]]:
+    """Each service's containers."""
+    return {service: run(*compose, "ps", "-q", service, env=env).stdout.split() for service in SERVICES}
 
 
-def _all_healthy(states: dict[str, list[str]], compose, env) -> bool:
-    for service, containers in states.items():
-        assert "unhealthy" not in containers, (service, run(*compose, "logs", "--tail", "40", service, env=env).stdout)
-    return {s: len(c) for s, c in states.items()} == SERVICES and all(
-        state == "healthy" for containers in states.values() for state in containers)
+def _all_healthy(containers: dict[str, list[str]]) -> bool:
+    counts = {service: len(ids) for service, ids in containers.items()}
+    return counts == SERVICES and all([healthy(c) for ids in containers.values() for c in ids])
 
 
 def _job(api: httpx.Client, program: dict) -> str:

@@ -5,12 +5,12 @@ it exits 0. Without an engine these tests skip on a developer's machine and fail
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 
 import httpx
 import pytest
-from docker_engine import docker, health
+from docker_engine import docker, healthy
+from polling import poll_until
 from wire_examples import sum_program
 
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
@@ -30,11 +30,7 @@ def container(image):
            "-v", f"{volume}:/var/cache/optu", "-e", f"OPTU_PORT={port}", "-e", "OPTU_HOST=127.0.0.1",
            "-e", "OPTU_WORKERS=1", image)
     try:
-        deadline = time.monotonic() + 300  # hang guard: a cold JAX import and the first health probe
-        while (state := health(name)) != "healthy":
-            assert state in ("starting", ""), (state, docker("logs", name, check=False).stderr[-2000:])
-            assert time.monotonic() < deadline, docker("logs", name, check=False).stderr[-2000:]
-            time.sleep(1)
+        poll_until(lambda: healthy(name), bool)  # a cold JAX import, then the first health probe
         yield f"http://127.0.0.1:{port}", name
     finally:
         docker("rm", "-f", name, check=False)
@@ -56,10 +52,9 @@ def test_sigterm_lets_the_request_in_flight_finish_and_the_container_exits_0(con
     sender = threading.Thread(target=lambda: answer.update(r=httpx.post(url + "/v1/optimize", json=body,
                                                                          timeout=300)))
     sender.start()
-    deadline = time.monotonic() + 120  # hang guard
-    while httpx.get(url + "/readyz", timeout=10).json().get("workers", {}).get("busy") != 1:
-        assert time.monotonic() < deadline and sender.is_alive()
-        time.sleep(0.05)
+    poll_until(lambda: httpx.get(url + "/readyz", timeout=10).json().get("workers", {}).get("busy"),
+               lambda busy: busy == 1 or not sender.is_alive())
+    assert sender.is_alive(), answer  # the request is in flight when the container is told to stop
     stopped = docker("stop", "--time", str(STOP_TIMEOUT_S), name, timeout=STOP_TIMEOUT_S + 60)
     sender.join(timeout=120)
     assert answer["r"].status_code == 200, answer["r"].text
