@@ -1,0 +1,237 @@
+"""Capture a PyTorch model as an `optu.jaxpr/v1` wire program: torch.export with the core ATen
+decompositions, then each FX node lowered through the ATen table (wire.aten), traced under JAX's
+x64 scoped to the capture so int64 and float64 stay as torch declares them."""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import jax
+import numpy as np
+
+from wire.aten import OutSpec, is_tensor, load_families
+from wire.aten.nn import Unavailable
+from wire.capture import inline_calls, jaxpr_to_wire
+from wire.format import WireProgram
+
+
+class TorchCaptureError(ValueError):
+    """A torch model that cannot become a wire program; the message says which part and why."""
+
+
+class UnsupportedAtenOp(TorchCaptureError):
+    """An FX node whose ATen op (or output) the table has no lowering for."""
+
+    def __init__(self, op: str, node: str, why: str = "has no lowering in the ATen table"):
+        super().__init__(f"ATen op {op} (FX node {node!r}) {why}")
+        self.op, self.node = op, node
+
+
+class TorchExportError(TorchCaptureError):
+    """torch.export refused the model (data-dependent control flow, unsupported Python, ...)."""
+
+
+@dataclass
+class TorchProgram:
+    """A captured model: its wire program (weight inputs first, then the user's tensors), the
+    weights' values in input order, and torch's pytree specs of the user inputs and outputs."""
+
+    program: dict
+    weights: list[np.ndarray]
+    in_spec: Any
+    out_spec: Any
+
+
+def numpy_dtype(dtype: Any) -> np.dtype:
+    """The numpy dtype of a torch dtype (bfloat16 and friends through ml_dtypes, as JAX names them)."""
+    import jax.numpy as jnp
+
+    name = str(dtype).removeprefix("torch.")
+    return np.dtype(bool) if name == "bool" else np.dtype(getattr(jnp, name))
+
+
+def to_numpy(tensor: Any) -> np.ndarray:
+    t = tensor.detach().cpu()
+    if t.dtype.is_floating_point and t.dtype.itemsize == 2 and str(t.dtype) != "torch.float16":
+        return t.float().numpy().astype(numpy_dtype(t.dtype))  # exact: widening then narrowing
+    return t.resolve_conj().resolve_neg().numpy()
+
+
+def export(model: Any, args: Sequence[Any], kwargs: dict | None = None) -> Any:
+    """torch.export of an nn.Module or a function of tensors, decomposed to core ATen."""
+    import torch
+
+    module = model if isinstance(model, torch.nn.Module) else _FunctionModule(model)
+    try:
+        exported = torch.export.export(module, tuple(args), kwargs or None)
+    except Exception as exc:  # torch.export raises many types; each means "cannot be exported"
+        reason = str(exc).strip().split("\n")
+        raise TorchExportError(f"torch.export cannot export {_describe(model)}: {type(exc).__name__}: "
+                               f"{' '.join(line.strip() for line in reason[:6])[:1200]}") from exc
+    return exported.run_decompositions()
+
+
+def capture_torch(model: Any, *args: Any, **kwargs: Any) -> TorchProgram:
+    """The wire program of `model` (an nn.Module or a function of tensors) at `args`."""
+    return capture_exported(export(model, args, kwargs))
+
+
+def capture_exported(exported: Any) -> TorchProgram:
+    """The wire program of a core-ATen ExportedProgram (e.g. from torch.export.load): parameters and
+    buffers become weight inputs, lifted constants become consts."""
+    from torch.export.graph_signature import InputKind, OutputKind
+
+    sig = exported.graph_signature
+    for spec in sig.output_specs:
+        if spec.kind != OutputKind.USER_OUTPUT:
+            raise TorchCaptureError(f"the model updates {spec.target!r} in place ({spec.kind.name}); only "
+                                    "pure inference graphs can be optimized (BatchNorm in training mode "
+                                    "does this: call .eval() first)")
+    placeholders = [n for n in exported.graph.nodes if n.op == "placeholder"]
+    roles, weights, constants = [], [], {}
+    for spec, node in zip(sig.input_specs, placeholders):
+        if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER) and node.users:
+            source = exported.state_dict if spec.target in exported.state_dict else exported.constants
+            roles.append("weight")
+            weights.append(to_numpy(source[spec.target]))
+        elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
+            constants[node.name] = np.zeros(0)  # unused (BatchNorm's step counter): no input for it
+        elif spec.kind == InputKind.CONSTANT_TENSOR:
+            constants[node.name] = to_numpy(exported.constants[spec.target])
+        elif spec.kind == InputKind.USER_INPUT and is_tensor(node.meta.get("val")):
+            roles.append("activation")
+        else:
+            raise TorchCaptureError(f"input {node.name!r} ({spec.kind.name}) is not a tensor; only tensor "
+                                    "inputs can be captured (pass other values by closing over them)")
+    program = graph_to_wire(exported.graph, roles, constants)
+    return TorchProgram(program, weights, exported.call_spec.in_spec, exported.call_spec.out_spec)
+
+
+def graph_to_wire(graph: Any, roles: Sequence[str], constants: dict[str, np.ndarray] | None = None) -> dict:
+    """The wire program of a core-ATen FX graph: its placeholders (less those in `constants`) are
+    the program's inputs with `roles`, its output node's values the outputs."""
+    constants = constants or {}
+    inputs = [n for n in graph.nodes if n.op == "placeholder" and n.name not in constants]
+    avals = [_aval(n) for n in inputs]
+    with jax.enable_x64(True):
+        closed = inline_calls(jax.make_jaxpr(lambda *xs: _interpret(graph, inputs, xs, constants))(*avals))
+        program = jaxpr_to_wire(closed, list(roles))
+    WireProgram.model_validate(program)
+    return program
+
+
+def _aval(node: Any) -> jax.ShapeDtypeStruct:
+    spec = _out_spec(node)
+    return jax.ShapeDtypeStruct(spec.shape, spec.dtype)
+
+
+def _interpret(graph: Any, inputs: list, values: Sequence[Any], constants: dict[str, np.ndarray]) -> list:
+    import jax.numpy as jnp
+    from torch.fx.node import map_aggregate
+
+    table = load_families()
+    env: dict[Any, Any] = dict(zip(inputs, values))
+    env.update((n, jnp.asarray(constants[n.name])) for n in graph.nodes if n.name in constants)
+
+    def value(a: Any) -> Any:
+        return map_aggregate(a, lambda x: env[x] if hasattr(x, "op") and x in env else x)
+
+    for node in graph.nodes:
+        if node.op == "placeholder":
+            continue
+        if node.op == "output":
+            outs = [value(x) for x in _flat(node.args[0])]
+            return [_available(x, "output", node) for x in outs]
+        if node.op != "call_function":
+            raise UnsupportedAtenOp(str(node.target), node.name, f"is a {node.op} node, which capture cannot lower")
+        if node.target is operator.getitem:
+            env[node] = _available(value(node.args[0])[node.args[1]], str(node.args[0].target), node)
+            continue
+        op = str(node.target)
+        entry = table.get(op)
+        if entry is None:
+            raise UnsupportedAtenOp(op, node.name)
+        args = [_available(a, op, node) for a in value(list(node.args))]
+        out = _out_spec(node)
+        result = entry.lower(out, *args, **value(dict(node.kwargs)))
+        _check(result, out, node)
+        env[node] = result
+    raise TorchCaptureError("the FX graph has no output node")
+
+
+def _flat(x: Any) -> list:
+    return [y for item in x for y in _flat(item)] if isinstance(x, (list, tuple)) else [x]
+
+
+def _available(x: Any, op: str, node: Any) -> Any:
+    if isinstance(x, Unavailable):
+        raise UnsupportedAtenOp(op, node.name, f"is used for {x.what}, which capture does not compute")
+    return x
+
+
+def _out_spec(node: Any) -> OutSpec:
+    val = node.meta.get("val")
+    vals = list(val) if isinstance(val, (list, tuple)) else [val]
+    specs = []
+    for v in vals:
+        if not is_tensor(v):
+            specs.append(None)
+            continue
+        if not all(isinstance(d, int) for d in v.shape):
+            raise TorchCaptureError(f"node {node.name!r} has a symbolic shape {tuple(v.shape)}; capture needs "
+                                    "static shapes (export without dynamic_shapes)")
+        specs.append((tuple(int(d) for d in v.shape), numpy_dtype(v.dtype)))
+    first = next((s for s in specs if s is not None), ((), np.dtype(np.float32)))
+    return OutSpec(str(node.target), first[0], first[1], tuple(specs), _promoted(node))
+
+
+def _promoted(node: Any) -> np.dtype | None:
+    """torch's result type of the node's first two operands, when they are tensors or numbers."""
+    import torch
+
+    operands = []
+    for a in node.args[:2]:
+        v = a.meta.get("val") if hasattr(a, "meta") else a
+        if is_tensor(v):
+            operands.append(torch.empty((1,) * v.dim(), dtype=v.dtype))
+        elif isinstance(v, (bool, int, float)):
+            operands.append(v)
+    if not operands or not is_tensor(operands[0]):
+        return None
+    try:
+        return numpy_dtype(torch.result_type(*operands) if len(operands) == 2 else operands[0].dtype)
+    except (RuntimeError, TypeError):
+        return None
+
+
+def _check(result: Any, out: OutSpec, node: Any) -> None:
+    """A lowering's result must have torch's shapes and dtypes exactly: the guard that makes a
+    lowering bug an error here, never a wrong program."""
+    got = list(result) if isinstance(result, (list, tuple)) else [result]
+    if len(got) != len(out.all):
+        raise UnsupportedAtenOp(out.name, node.name, f"lowered to {len(got)} outputs; torch has {len(out.all)}")
+    for g, want in zip(got, out.all):
+        if want is None or isinstance(g, Unavailable):
+            continue
+        have = (tuple(g.shape), np.dtype(g.dtype))
+        if have != want:
+            raise UnsupportedAtenOp(out.name, node.name, f"lowered to {have[1].name}{list(have[0])} where torch "
+                                    f"computes {want[1].name}{list(want[0])} (these arguments are not supported)")
+
+
+def _describe(model: Any) -> str:
+    return type(model).__name__ if hasattr(model, "forward") else getattr(model, "__name__", repr(model))
+
+
+class _FunctionModule:
+    """An nn.Module calling a plain function, so torch.export (which takes modules) accepts it."""
+
+    def __new__(cls, fn: Any) -> Any:
+        import torch
+
+        class FunctionModule(torch.nn.Module):
+            def forward(self, *args: Any, **kwargs: Any) -> Any:
+                return fn(*args, **kwargs)
+
+        return FunctionModule()
