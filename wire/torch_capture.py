@@ -84,6 +84,9 @@ def capture_exported(exported: Any) -> TorchProgram:
 
     sig = exported.graph_signature
     for spec in sig.output_specs:
+        if spec.kind == OutputKind.TOKEN:
+            raise TorchCaptureError("the model calls an op with side effects (torch.export threads an effect "
+                                    "token through it); only pure inference graphs can be optimized")
         if spec.kind != OutputKind.USER_OUTPUT:
             raise TorchCaptureError(f"the model updates {spec.target!r} in place ({spec.kind.name}); only "
                                     "pure inference graphs can be optimized (BatchNorm in training mode "

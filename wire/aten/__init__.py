@@ -3,6 +3,7 @@ JAX primitives (the wire equations) registered by the family modules beside this
 rule of an entry is the abstract evaluation of what it emits, checked against torch's own."""
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -75,6 +76,6 @@ def dims(axis: Any, rank: int) -> tuple[int, ...]:
 
 def load_families() -> dict[str, AtenOp]:
     """The whole table: importing the family modules registers their entries."""
-    from wire.aten import creation, elementwise, indexing, nn, reductions, shapes  # noqa: F401
-
+    for family in ("creation", "elementwise", "indexing", "nn", "reductions", "shapes"):
+        importlib.import_module(f"wire.aten.{family}")
     return ATEN

@@ -38,14 +38,15 @@ def _trunc_div(a, b):
 
 
 _BINARY = {
-    "mul": jnp.multiply, "maximum": jnp.maximum, "minimum": jnp.minimum, "atan2": jnp.arctan2,
-    "remainder": jnp.remainder, "fmod": jnp.fmod, "eq": jnp.equal, "ne": jnp.not_equal, "lt": jnp.less,
-    "le": jnp.less_equal, "gt": jnp.greater, "ge": jnp.greater_equal, "bitwise_and": jnp.bitwise_and,
-    "bitwise_or": jnp.bitwise_or, "bitwise_xor": jnp.bitwise_xor,
+    "mul": jnp.multiply, "remainder": jnp.remainder, "fmod": jnp.fmod, "eq": jnp.equal, "ne": jnp.not_equal,
+    "lt": jnp.less, "le": jnp.less_equal, "gt": jnp.greater, "ge": jnp.greater_equal,
+    "bitwise_and": jnp.bitwise_and, "bitwise_or": jnp.bitwise_or, "bitwise_xor": jnp.bitwise_xor,
 }
 for _name, _fn in _BINARY.items():
-    lowers(*(f"aten.{_name}.{v}" for v in ("Tensor", "Scalar") if f"{_name}.{v}" not in (
-        "maximum.Scalar", "minimum.Scalar", "atan2.Scalar")))(_binary(_fn))
+    lowers(f"aten.{_name}.Tensor", f"aten.{_name}.Scalar")(_binary(_fn))
+lowers("aten.maximum.default")(_binary(jnp.maximum))
+lowers("aten.minimum.default")(_binary(jnp.minimum))
+lowers("aten.atan2.default")(_binary(jnp.arctan2))
 lowers("aten.logical_and.default")(_binary(lambda a, b: jnp.logical_and(truthy(a), truthy(b))))
 lowers("aten.logical_or.default")(_binary(lambda a, b: jnp.logical_or(truthy(a), truthy(b))))
 lowers("aten.logical_xor.default")(_binary(lambda a, b: jnp.logical_xor(truthy(a), truthy(b))))
@@ -139,7 +140,7 @@ def _where(out, cond, a, b):
 
 
 @lowers("aten._to_copy.default", "aten.clone.default", "aten.alias.default", "aten.lift_fresh_copy.default",
-        "aten.detach.default", "aten.contiguous.default")
+        "aten.detach.default")
 def _copy(out, x, **_):
     # dtype/layout/device/memory_format are all the node's out spec says: only the dtype can change
     return as_dtype(x, out.dtype)

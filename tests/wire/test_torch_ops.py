@@ -1,0 +1,63 @@
+"""Every ATen overload of the capture table computes what PyTorch eager does (the elementwise
+ones on hypothesis-drawn shapes in test_torch_elementwise.py, the rest here); an op outside the
+table, or an output capture does not compute, is an UnsupportedAtenOp naming the op and the node."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from aten_cases import CASES
+from aten_harness import assert_matches_torch
+from test_torch_elementwise import BINARY, INT_BINARY, SCALAR, UNARY
+
+from wire.aten import load_families
+from wire.torch_capture import UnsupportedAtenOp, capture_torch
+
+# tolerances for ops whose torch kernels sum in another order (GEMMs, convolutions, pools)
+LOOSE = {"aten.convolution.default", "aten.baddbmm.default", "aten.addmm.default", "aten.bmm.default",
+         "aten.mm.default", "aten.native_group_norm.default", "aten.native_layer_norm.default",
+         "aten.upsample_bilinear2d.vec", "aten.upsample_linear1d.vec", "aten._adaptive_avg_pool2d.default",
+         "aten.adaptive_avg_pool1d.default", "aten.logsumexp.default", "aten.var.correction", "aten.var.dim"}
+# ops whose inputs come from fixed examples in test_torch_elementwise.py rather than CASES
+ELEMENTWISE = {f"aten.{n}.default" for n in UNARY} | {f"aten.{n}" for n in BINARY + INT_BINARY + SCALAR} | {
+    "aten.gelu.default", "aten.leaky_relu.default", "aten.hardtanh.default", "aten.elu.default"}
+
+
+def _overload(name: str):
+    _, packet, overload = name.split(".")
+    return getattr(getattr(torch.ops.aten, packet), overload)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_aten_op_matches_torch_eager(name):
+    args, kwargs = CASES[name](torch.Generator().manual_seed(7))
+    tol = {"rtol": 1e-4, "atol": 1e-5} if name in LOOSE else {}
+    # capture does not compute max pooling's indices (selecting them is an error, tested below)
+    outputs = 1 if "max_pool" in name else None
+    assert_matches_torch(_overload(name), *args, **kwargs, **tol, outputs=outputs)
+
+
+def test_transposed_convolution_with_groups_matches_torch():
+    g = torch.Generator().manual_seed(3)
+    x, w, b = torch.randn(2, 4, 5, 6, generator=g), torch.randn(4, 3, 3, 2, generator=g), torch.randn(6, generator=g)
+    assert_matches_torch(torch.ops.aten.convolution.default, x, w, b, [2, 1], [1, 0], [1, 2], True, [1, 0], 2,
+                         rtol=1e-4, atol=1e-5)
+
+
+def test_every_table_entry_is_checked_against_torch():
+    unchecked = set(load_families()) - set(CASES) - ELEMENTWISE
+    assert not unchecked, f"ATen table entries with no test against torch: {sorted(unchecked)}"
+
+
+def test_an_op_outside_the_table_is_an_error_naming_the_op_and_node():
+    with pytest.raises(UnsupportedAtenOp, match=re.escape("ATen op aten.cummax.default (FX node 'cummax')")):
+        capture_torch(lambda a: torch.cummax(a, 0)[0] + 1, torch.randn(3, 3))
+
+
+def test_selecting_max_pool_indices_is_an_error_not_a_wrong_program():
+    def pool_indices(x):
+        return torch.nn.functional.max_pool2d(x, 2, return_indices=True)[1]
+
+    with pytest.raises(UnsupportedAtenOp, match="the indices output of aten.max_pool2d_with_indices"):
+        capture_torch(pool_indices, torch.randn(1, 1, 4, 4))
