@@ -46,7 +46,12 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 def _load_request(path: str) -> dict[str, Any]:
-    """A file holding either a wire program or a whole /v1/optimize request body."""
+    """A file holding either a wire program or a whole /v1/optimize request body, or a PyTorch
+    ExportedProgram saved by torch.export.save (`.pt2`), captured here."""
+    if path.endswith(".pt2"):
+        from service.torch_client import load_exported
+
+        return {"program": load_exported(path).program}
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
@@ -224,7 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
     work.set_defaults(run=_worker)
 
     opt = commands.add_parser("optimize", help="optimize a wire program (or request body) file")
-    opt.add_argument("file", metavar="FILE.json")
+    opt.add_argument("file", metavar="FILE.json|FILE.pt2", help="a wire program, a request body, or a saved "
+                     "torch ExportedProgram")
     opt.add_argument("--hardware", metavar="NAME", help="profile name (default: the file's, else the default)")
     opt.add_argument("--server", metavar="URL", help="POST to this server instead of running in-process")
     opt.add_argument("--json", action="store_true", help="print the whole response")

@@ -15,6 +15,7 @@ import httpx
 import jax
 
 from lowering.precompute import PrecomputedProgram
+from service import torch_client
 from service.http.api_models import count_equations, error_status, resolve_hardware
 from service.http.settings import get_settings, request_options
 from service.optimizer.response import OptimizeResponse
@@ -203,14 +204,24 @@ def optimize(fn: Callable[..., Any], *args: Any, server: str | None = None,
              **options: Any) -> OptimizeResult:
     """Capture `fn` at `args`, optimize it, and return the result with `.fn` taking the same
     pytree arguments as `fn`. `options` are OptimizeOptions fields (validate=, fp_mode=, ...);
-    with a `server`, `progress` is called with the job's status as it changes."""
-    program, in_tree, out_tree = capture_with_trees(fn, *args, weight_argnums=weight_argnums)
+    with a `server`, `progress` is called with the job's status as it changes.
+
+    `fn` may be a PyTorch nn.Module, a function of torch tensors or an ExportedProgram: it is
+    captured here through torch.export (its parameters and buffers as weights) and `.fn` then takes
+    and returns torch tensors; only the wire program travels to a `server`."""
+    captured = torch_client.capture(fn, args) if torch_client.takes_torch(fn, args) else None
+    if captured is None:
+        program, in_tree, out_tree = capture_with_trees(fn, *args, weight_argnums=weight_argnums)
+    else:
+        program = captured.program
     response = optimize_program(program, server=server, hardware=hardware, timeout=timeout,
                                 options=options, progress=progress)
     if response["validation"]["status"] == "inconclusive":
         warnings.warn(f"optu: the optimized program's validation is inconclusive "
                       f"({response['validation'].get('reason')}); check `.validation` before using `.fn`",
                       RuntimeWarning, stacklevel=2)
+    if captured is not None:
+        return OptimizeResult(response=response, fn=torch_client.TorchFunction(response["program"], captured))
     return _result(response, in_tree, out_tree)
 
 

@@ -1,0 +1,81 @@
+"""The client's PyTorch side: capture an nn.Module, a function of tensors or a saved
+ExportedProgram locally, and run the optimized wire program on torch tensors (weights bound once,
+weight-only work precomputed once). Torch is imported only when a torch object arrives."""
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import jax
+import numpy as np
+
+from lowering.precompute import PrecomputedProgram
+from wire.execute import program_to_callable
+from wire.torch_capture import TorchProgram, capture_exported, capture_torch, to_numpy
+
+WIDE_DTYPES = frozenset(["float64", "int64", "uint64", "complex128"])
+
+
+def takes_torch(fn: Any, args: tuple) -> bool:
+    """Whether `fn` at `args` is a PyTorch call: a module, an ExportedProgram or torch tensors in."""
+    torch = sys.modules.get("torch")  # not imported means no torch object can have been built
+    if torch is None:
+        return False
+    return isinstance(fn, (torch.nn.Module, torch.export.ExportedProgram)) or any(
+        isinstance(a, torch.Tensor) for a in torch.utils._pytree.tree_leaves(args))
+
+
+def capture(fn: Any, args: tuple, kwargs: dict | None = None) -> TorchProgram:
+    """The captured program of a module or function at `args`, or of an ExportedProgram as saved."""
+    import torch
+
+    if isinstance(fn, torch.export.ExportedProgram):
+        return capture_exported(fn.run_decompositions())
+    return capture_torch(fn, *args, **(kwargs or {}))
+
+
+def load_exported(path: str) -> TorchProgram:
+    """The captured program of an ExportedProgram saved by torch.export.save (a .pt2 file)."""
+    import torch
+
+    return capture(torch.export.load(path), ())
+
+
+def uses_wide_types(program: dict[str, Any]) -> bool:
+    """Whether the program holds 64-bit values, so it must run under JAX's x64 (scoped to the call)."""
+    specs = [*program["inputs"], *program.get("consts", []), *(o for e in program["eqns"] for o in e["out"])]
+    return any(s["dtype"] in WIDE_DTYPES for s in specs)
+
+
+class TorchFunction:
+    """An optimized wire program as a function of the captured model's torch inputs: the weights
+    are bound (as JAX arrays, so weight-only work runs once), values cross by DLPack."""
+
+    def __init__(self, program: dict[str, Any], captured: TorchProgram):
+        self.program, self.in_spec, self.out_spec = program, captured.in_spec, captured.out_spec
+        self._wide = uses_wide_types(program)
+        with jax.enable_x64(self._wide):
+            self._weights = [jax.numpy.asarray(w) for w in captured.weights]
+        self._run = PrecomputedProgram.of(program) or jax.jit(program_to_callable(program))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        import torch
+        from torch.utils import _pytree
+
+        leaves, spec = _pytree.tree_flatten((args, kwargs))
+        if spec != self.in_spec:
+            raise TypeError(f"expected inputs structured as the example inputs ({self.in_spec}), got {spec}")
+        with jax.enable_x64(self._wide):
+            outs = self._run(*self._weights, *[_to_jax(x) for x in leaves])
+        return _pytree.tree_unflatten([torch.from_dlpack(o) for o in outs], self.out_spec)
+
+
+def _to_jax(tensor: Any) -> Any:
+    """A torch tensor as a JAX array (zero-copy through DLPack where the layout allows)."""
+    t = tensor.detach()
+    if t.is_contiguous() and not t.is_conj() and not t.is_neg():
+        try:
+            return jax.dlpack.from_dlpack(t)
+        except (TypeError, RuntimeError, ValueError):  # dtypes DLPack cannot carry (e.g. some fp8)
+            pass
+    return jax.numpy.asarray(np.ascontiguousarray(to_numpy(t)))

@@ -1,0 +1,71 @@
+"""`optimize` takes PyTorch: an nn.Module, a function of tensors or an ExportedProgram is captured
+locally, optimized (in-process or by a real server, which gets only the wire program), and the
+result's `fn` takes and returns torch tensors equal to PyTorch eager; `optu optimize` reads .pt2."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn as nn
+
+from service.cli import main
+from service.client import optimize
+
+
+class TwoLayer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc1, self.fc2 = nn.Linear(16, 32), nn.Linear(32, 8)
+        self.scale = nn.Parameter(torch.rand(32) + 0.5)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)) * self.scale).softmax(-1)
+
+
+def _check_torch_fn(result, model, *args):
+    assert result.validation["status"] in ("passed", "identical")
+    got = result.fn(*args)
+    assert isinstance(got, torch.Tensor)
+    with torch.no_grad():
+        torch.testing.assert_close(got, model(*args), rtol=1e-4, atol=1e-5)
+
+
+def test_an_nn_module_is_optimized_in_process_and_fn_takes_torch_tensors():
+    model, x = TwoLayer().eval(), torch.randn(4, 16)
+    result = optimize(model, x, time_limit_s=5)
+    assert [s["role"] for s in result.program["inputs"]].count("weight") == 5
+    _check_torch_fn(result, model, x)
+    _check_torch_fn(result, model, torch.randn(4, 16))  # new values, same shapes
+
+
+def test_a_function_of_tensors_keeps_its_output_structure():
+    def attention_scores(q, k):
+        scores = (q @ k.transpose(-1, -2)).softmax(-1)
+        return {"scores": scores, "top": scores.amax(-1)}
+
+    q, k = torch.randn(2, 5, 8), torch.randn(2, 6, 8)
+    out = optimize(attention_scores, q, k, time_limit_s=5).fn(q, k)
+    expected = attention_scores(q, k)
+    assert set(out) == {"scores", "top"}
+    for key in out:
+        torch.testing.assert_close(out[key], expected[key], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.integration
+def test_a_torch_model_is_optimized_by_a_real_server_over_http(server_url):
+    model, x = TwoLayer().eval(), torch.randn(4, 16)
+    result = optimize(model, x, server=server_url, time_limit_s=5)
+    assert result.response["estimate"]["optimized"]["time_s"] <= result.response["estimate"]["baseline"]["time_s"]
+    _check_torch_fn(result, model, x)
+
+
+def test_optu_optimize_reads_a_saved_exported_program(tmp_path, capsys):
+    model, x = TwoLayer().eval(), torch.randn(4, 16)
+    path = tmp_path / "model.pt2"
+    torch.export.save(torch.export.export(model, (x,)), str(path))
+    assert main(["optimize", str(path), "--json"]) == 0
+    response = json.loads(capsys.readouterr().out)
+    assert response["validation"]["status"] in ("passed", "identical")
+    assert [s["shape"] for s in response["program"]["inputs"]][-1] == [4, 16]
