@@ -111,7 +111,7 @@ def capture_exported(exported: Any) -> TorchProgram:
     return TorchProgram(program, weights, exported.call_spec.in_spec, exported.call_spec.out_spec)
 
 
-def graph_to_wire(graph: Any, roles: Sequence[str], constants: dict[str, np.ndarray] | None = None) -> dict:
+def graph_to_wire(graph: Any, roles: Sequence[str], constants: dict[str, Any] | None = None) -> dict:
     """The wire program of a core-ATen FX graph: its placeholders (less those in `constants`) are
     the program's inputs with `roles`, its output node's values the outputs."""
     constants = constants or {}
@@ -129,19 +129,21 @@ def _aval(node: Any) -> jax.ShapeDtypeStruct:
     return jax.ShapeDtypeStruct(spec.shape, spec.dtype)
 
 
-def _interpret(graph: Any, inputs: list, values: Sequence[Any], constants: dict[str, np.ndarray]) -> list:
+def _interpret(graph: Any, inputs: list, values: Sequence[Any], constants: dict[str, Any]) -> list:
     import jax.numpy as jnp
     from torch.fx.node import map_aggregate
 
     table = load_families()
     env: dict[Any, Any] = dict(zip(inputs, values))
-    env.update((n, jnp.asarray(constants[n.name])) for n in graph.nodes if n.name in constants)
+    # array constants become JAX constants; Python numbers (a size a graph takes as input) stay numbers
+    env.update((n, jnp.asarray(c) if isinstance(c, np.ndarray) else c)
+               for n in graph.nodes if (c := constants.get(n.name)) is not None)
 
     def value(a: Any) -> Any:
         return map_aggregate(a, lambda x: env[x] if hasattr(x, "op") and x in env else x)
 
     for node in graph.nodes:
-        if node.op == "placeholder":
+        if node.op == "placeholder" or node in env:  # inputs, and constants held by get_attr nodes
             continue
         if node.op == "output":
             outs = [value(x) for x in _flat(node.args[0])]
