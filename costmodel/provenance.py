@@ -6,12 +6,9 @@ are swept across the range of the assumed ones (bench/assumptions.py)."""
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-
-if TYPE_CHECKING:
-    from costmodel.profile import HardwareProfile
 
 OVERRIDDEN = "set by a request's override, not the profile's own number"
 
@@ -33,7 +30,15 @@ class Basis(BaseModel):
         return self
 
 
-def fields(profile: HardwareProfile) -> dict[str, Any]:
+class LabelledProfile(Protocol):
+    """What these functions read of a hardware profile: its fields and their labels."""
+
+    provenance: dict[str, Basis]
+
+    def model_dump(self, **kwargs: Any) -> dict[str, Any]: ...
+
+
+def fields(profile: LabelledProfile) -> dict[str, Any]:
     """Every field of `profile` by dotted name, defaults included, with its value (None for an
     optional term that is off)."""
     out: dict[str, Any] = {}
@@ -49,18 +54,18 @@ def fields(profile: HardwareProfile) -> dict[str, Any]:
     return out
 
 
-def numbers(profile: HardwareProfile) -> dict[str, Any]:
+def numbers(profile: LabelledProfile) -> dict[str, Any]:
     """Every number (and flag) of `profile` by dotted field, defaults included: the fields a label
     must cover (an optional term that is off, None, is not a number)."""
     return {name: value for name, value in fields(profile).items() if isinstance(value, (int, float))}
 
 
-def unlabelled(profile: HardwareProfile) -> list[str]:
+def unlabelled(profile: LabelledProfile) -> list[str]:
     """Dotted fields of `profile` whose number has neither a source nor an assumption."""
     return sorted(set(numbers(profile)) - set(profile.provenance))
 
 
-def assumed(profile: HardwareProfile) -> dict[str, Any]:
+def assumed(profile: LabelledProfile) -> dict[str, Any]:
     """The assumed numbers of `profile`, by dotted field."""
     return {name: value for name, value in numbers(profile).items()
             if name in profile.provenance and profile.provenance[name].assumed}

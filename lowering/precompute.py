@@ -14,7 +14,7 @@ from typing import Any
 import jax
 
 from lowering.kernels import static_names
-from wire.execute import program_to_callable
+from wire.execute import jitted_program
 
 
 def split_weight_work(program: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -45,8 +45,8 @@ class PrecomputedProgram:
 
     def __init__(self, program: dict[str, Any], ahead: dict[str, Any], per_call: dict[str, Any]):
         self.weights = [k for k, s in enumerate(program["inputs"]) if s.get("role") == "weight"]
-        self.ahead = jax.jit(program_to_callable(ahead))
-        self.per_call = jax.jit(program_to_callable(per_call))
+        self.ahead = jitted_program(ahead)
+        self.per_call = jitted_program(per_call)
         self.lock = threading.Lock()
         # (weights, values): holding the weight objects keeps their ids from being reused
         self.last: tuple[list[Any], list[Any]] | None = None

@@ -5,10 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import jax
-
 from lowering.kernels import Kernel, avals_of
-from wire.execute import program_to_callable
+from wire.execute import jitted_program
 
 
 def kernel_subprogram(program: dict[str, Any], kernel: Kernel) -> dict[str, Any]:
@@ -31,7 +29,7 @@ class KernelRunner:
     def __init__(self, program: dict[str, Any], kernels: list[Kernel]):
         self.program = program
         self.steps = [(k, kernel_subprogram(program, k)) for k in kernels]
-        self.calls = [jax.jit(program_to_callable(sub)) for _, sub in self.steps]
+        self.calls = [jitted_program(sub) for _, sub in self.steps]
 
     @classmethod
     def from_response(cls, response: dict[str, Any]) -> KernelRunner:

@@ -37,7 +37,7 @@ from lowering.observability import change_shows
 from lowering.regions import Region, RegionPlan, check_key, cone, find_regions
 from lowering.validation_inputs import TRIALS, InputDraws, nudged, nudges, random_inputs
 from lowering.widen import CannotWiden, float64_callable, widen
-from wire.execute import program_to_callable
+from wire.execute import jitted_program
 
 # Evaluated in float64, a right rewrite differs from the original only by rounding: about as much
 # as the original moves when its inputs change by float64's rounding (its measured sensitivity
@@ -228,7 +228,7 @@ def _judge(program: dict[str, Any], dtypes: list[str], evaluate: Evaluate, verdi
 def _exact(original: dict[str, Any], optimized: dict[str, Any], dtypes: list[str], trials: int, seed: int,
            draws: InputDraws | None) -> dict[str, Any]:
     """Bit-identical results in the declared types, on draws whose outputs are not all overflow."""
-    run_original, run_optimized = jax.jit(program_to_callable(original)), jax.jit(program_to_callable(optimized))
+    run_original, run_optimized = jitted_program(original), jitted_program(optimized)
     verdict = Verdict("exact", dtypes)
     for k, (scaled, contraction) in enumerate(DRAWS):
         args = random_inputs(original, seed + k, scaled, draws, contraction)

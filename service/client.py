@@ -21,6 +21,7 @@ from service.http.settings import get_settings, request_options
 from service.optimizer.response import OptimizeResponse
 from wire.capture import capture, capture_with_trees
 from wire.execute import program_to_callable
+from wire.precision import in_declared_precision
 
 DEFAULT_HARDWARE = "optu-v1"
 # What `jit` does when optimizing a signature goes wrong: "fallback" runs plain jax.jit (with a
@@ -195,7 +196,8 @@ def _result(response: dict[str, Any], in_tree: Any, out_tree: Any) -> OptimizeRe
         return jax.tree_util.tree_unflatten(out_tree, run(*leaves))
 
     # with a precomputed part the call stays Python, which is where the weight check runs
-    return OptimizeResult(response=response, fn=call if precomputed else jax.jit(call), precomputed=precomputed)
+    fn = in_declared_precision(program, call if precomputed else jax.jit(call))
+    return OptimizeResult(response=response, fn=fn, precomputed=precomputed)
 
 
 def optimize(fn: Callable[..., Any], *args: Any, server: str | None = None,

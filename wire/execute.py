@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from wire.format import FORMAT, WireError, WireLiteral, WireProgram, decode_array, literal_value, parse_dtype
 from wire.params import decode_params
+from wire.precision import declared_precision, in_declared_precision
 
 
 @functools.cache
@@ -75,7 +76,8 @@ def program_to_callable(program: dict | WireProgram) -> Callable[..., list[Any]]
     Run `typecheck` first on untrusted programs; this only checks what it needs to bind."""
     prog = _as_program(program)
     consts = {c.name: decode_array(c) for c in prog.consts}
-    steps = [(_resolve(e.op, k), _decode(e.op, e.params, k), e) for k, e in enumerate(prog.eqns)]
+    with _declared_precision(program):  # nested programs in params are traced here
+        steps = [(_resolve(e.op, k), _decode(e.op, e.params, k), e) for k, e in enumerate(prog.eqns)]
 
     def read(env: dict, x: str | WireLiteral):
         return literal_value(x) if isinstance(x, WireLiteral) else env[x]
@@ -94,11 +96,21 @@ def program_to_callable(program: dict | WireProgram) -> Callable[..., list[Any]]
     return run
 
 
+def jitted_program(program: dict[str, Any]) -> Callable[..., list[Any]]:
+    """`program_to_callable`, jitted, and called in the precision the program declares."""
+    return in_declared_precision(program, jax.jit(program_to_callable(program)))
+
+
+def _declared_precision(program: dict | WireProgram):
+    return declared_precision(program.model_dump(by_alias=True) if isinstance(program, WireProgram) else program)
+
+
 def typecheck(program: dict | WireProgram) -> None:
     """Raise WireError unless every name is defined once before use, every primitive is known
     and every declared output matches what the primitive computes from the declared inputs."""
     try:
-        _typecheck(_as_program(program))
+        with _declared_precision(program):
+            _typecheck(_as_program(program))
     except RecursionError:
         # Only absurdly nested params or programs get here; they are a client error too.
         raise WireError("program or params nested too deeply", field="params") from None

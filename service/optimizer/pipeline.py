@@ -25,6 +25,7 @@ from service.optimizer.request_key import canonical_request_id
 from service.optimizer.response import typed
 from service.optimizer.search import Search, budget, search, stage
 from wire.execute import typecheck
+from wire.precision import declared_precision
 
 
 def baseline_program(program: dict[str, Any], rules: bool = True) -> tuple[dict[str, Any], int]:
@@ -36,7 +37,14 @@ def baseline_program(program: dict[str, Any], rules: bool = True) -> tuple[dict[
 
 def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | None = None,
              options: OptimizeOptions | dict | None = None) -> dict[str, Any]:
-    """Optimize a wire program; raises WireError (a 422) if it does not type-check."""
+    """Optimize a wire program; raises WireError (a 422) if it does not type-check. Every stage
+    computes in the precision the program declares (64-bit types stay 64-bit)."""
+    with declared_precision(program):
+        return _optimize(program, hardware, options)
+
+
+def _optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | None,
+              options: OptimizeOptions | dict | None) -> dict[str, Any]:
     options = OptimizeOptions.coerce(options).resolved()
     profile = resolve_profile(hardware)
     identity = canonical_request_id(program, profile, options)  # before the loops' share of the time limit is taken

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from wire_examples import VALIDATED
+from x64_models import x64_workloads
 
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
 from service.client import OptimizeError, jit, optimize
@@ -226,3 +227,16 @@ def test_a_progress_callback_sends_a_job_and_sees_it_to_its_end(server_url, http
     assert seen and seen[-1]["state"] == "succeeded" and seen[-1]["id"] == res.response["id"]
     assert all(s["id"] == seen[0]["id"] for s in seen)
     assert res.program == http_results["mlp2"].program
+
+
+def test_a_function_captured_under_x64_is_optimized_in_process_and_its_callable_keeps_float64():
+    fn, args, weights = x64_workloads()["lstm"]
+    with jax.enable_x64(True):
+        result = optimize(fn, *args, weight_argnums=weights)
+        expected = jax.jit(fn)(*args)
+    assert result.validation["status"] == "passed"
+    got = result.fn(*args)  # called with x64 off: the callable computes in the types the program declares
+    assert not jax.config.jax_enable_x64
+    for g, e in zip(jax.tree.leaves(got), jax.tree.leaves(expected), strict=True):
+        assert np.asarray(g).dtype == np.float64
+        np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-9, atol=1e-12)
