@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from service.client import DEFAULT_HARDWARE, optimize_program
 from service.torch_client import TorchFunction
-from wire.torch_capture import TorchCaptureError, TorchProgram, graph_to_wire, to_numpy
+from wire.torch_capture import TorchCaptureError, capture_torch
 
 # options torch.compile passes that are the client's, not OptimizeOptions fields
 CLIENT_OPTIONS = ("hardware", "server", "timeout")
@@ -24,19 +24,19 @@ def optu_backend(gm: Any, example_inputs: list[Any], options: dict[str, Any] | N
 def _is_weight(x: Any) -> bool:
     import torch
 
-    return isinstance(x, torch.nn.Parameter) or (isinstance(x, torch.Tensor) and not x.requires_grad
-                                                 and getattr(x, "_is_param", False))
+    return isinstance(x, torch.nn.Parameter)
 
 
 class _SignatureCache:
-    """One optimized program per input signature: a new shape (including one Dynamo traced with
-    symbolic sizes) is traced afresh with static sizes and optimized again."""
+    """One optimized program per input signature (shapes, dtypes, and the values of the sizes a
+    graph Dynamo traced with symbolic shapes takes): each new one is traced with static sizes and
+    optimized afresh."""
 
     def __init__(self, gm: Any, weights: list[bool], options: dict[str, Any]):
         self.gm, self.weights = gm, weights
         self.client = {k: options.pop(k) for k in CLIENT_OPTIONS if k in options}
         self.options = options
-        self.compiled: dict[tuple, TorchFunction] = {}
+        self.compiled: dict[tuple, Callable[..., Any]] = {}
         self.responses: dict[tuple, dict[str, Any]] = {}
         self._lock = threading.Lock()
 
@@ -47,34 +47,31 @@ class _SignatureCache:
             raise TorchCaptureError("the optu backend compiles inference: gradients would not flow through "
                                     "the optimized program; call the compiled model under torch.no_grad() "
                                     "or torch.inference_mode()")
-        key = tuple((tuple(a.shape), a.dtype) if hasattr(a, "shape") else ("scalar", a) for a in args)
+        key = tuple((tuple(a.shape), a.dtype) if hasattr(a, "shape") else a for a in args)
         with self._lock:
             if key not in self.compiled:
                 self.compiled[key] = self._compile(args, key)
-        return self.compiled[key](*[a for a in args if hasattr(a, "shape")])
+        return self.compiled[key](*args)
 
-    def _compile(self, args: tuple, key: tuple) -> TorchFunction:
+    def _compile(self, args: tuple, key: tuple) -> Callable[..., Any]:
         import torch
-        from torch._decomp import core_aten_decompositions
-        from torch.fx.experimental.proxy_tensor import make_fx
-        from torch.utils import _pytree
 
-        with torch.no_grad():  # inference: no autograd bookkeeping in the decomposed graph
-            traced = make_fx(self.gm, decomposition_table=core_aten_decompositions(), tracing_mode="fake")(*args)
-        placeholders = [n for n in traced.graph.nodes if n.op == "placeholder"]
-        constants = {n.name: to_numpy(getattr(traced, n.target)) for n in traced.graph.nodes if n.op == "get_attr"}
-        for node, a in zip(placeholders, args):
-            if not hasattr(a, "shape"):  # a Python number Dynamo passes: fixed in this signature
-                constants[node.name] = a
-        roles = [("weight" if w else "activation") for w, a in zip(self.weights, args) if hasattr(a, "shape")]
-        program = graph_to_wire(traced.graph, roles, constants)
-        response = optimize_program(program, server=self.client.get("server"),
+        def at_these_sizes(*tensors: Any) -> Any:
+            # the sizes Dynamo passes as numbers (a graph traced with symbolic shapes) are fixed here
+            it = iter(tensors)
+            return self.gm(*[next(it) if isinstance(a, torch.Tensor) else a for a in args])
+
+        # torch.export traces the graph again with static sizes: functionalized, decomposed to core
+        # ATen with oneDNN off (RNNs become their steps), exactly as a model given to `optimize`
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        captured = capture_torch(at_these_sizes, *tensors)
+        weights = [w for w, a in zip(self.weights, args) if isinstance(a, torch.Tensor)]
+        for spec, weight in zip(captured.program["inputs"][len(captured.weights):], weights):
+            if weight:  # a parameter Dynamo passes as an input: constant across calls
+                spec["role"] = "weight"
+        response = optimize_program(captured.program, server=self.client.get("server"),
                                     hardware=self.client.get("hardware", DEFAULT_HARDWARE),
                                     timeout=self.client.get("timeout", 120), options=self.options)
         self.responses[key] = response
-        with torch.no_grad():
-            example_out = self.gm(*args)
-        tensors = tuple(a for a in args if hasattr(a, "shape"))
-        captured = TorchProgram(program, [], _pytree.tree_flatten((tensors, {}))[1],
-                                _pytree.tree_flatten(example_out)[1])
-        return TorchFunction(response["program"], captured)
+        run = TorchFunction(response["program"], captured)
+        return lambda *call_args: run(*[a for a in call_args if isinstance(a, torch.Tensor)])

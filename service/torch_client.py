@@ -11,9 +11,8 @@ import numpy as np
 
 from lowering.precompute import PrecomputedProgram
 from wire.execute import program_to_callable
+from wire.precision import declares_64_bit
 from wire.torch_capture import TorchProgram, capture_exported, capture_torch, to_numpy
-
-WIDE_DTYPES = frozenset(["float64", "int64", "uint64", "complex128"])
 
 
 def takes_torch(fn: Any, args: tuple) -> bool:
@@ -41,19 +40,13 @@ def load_exported(path: str) -> TorchProgram:
     return capture(torch.export.load(path), ())
 
 
-def uses_wide_types(program: dict[str, Any]) -> bool:
-    """Whether the program holds 64-bit values, so it must run under JAX's x64 (scoped to the call)."""
-    specs = [*program["inputs"], *program.get("consts", []), *(o for e in program["eqns"] for o in e["out"])]
-    return any(s["dtype"] in WIDE_DTYPES for s in specs)
-
-
 class TorchFunction:
     """An optimized wire program as a function of the captured model's torch inputs: the weights
     are bound (as JAX arrays, so weight-only work runs once), values cross by DLPack."""
 
     def __init__(self, program: dict[str, Any], captured: TorchProgram):
         self.program, self.in_spec, self.out_spec = program, captured.in_spec, captured.out_spec
-        self._wide = uses_wide_types(program)
+        self._wide = declares_64_bit(program)
         with jax.enable_x64(self._wide):
             self._weights = [jax.numpy.asarray(w) for w in captured.weights]
         self._run = PrecomputedProgram.of(program) or jax.jit(program_to_callable(program))

@@ -1,0 +1,83 @@
+"""`torch.compile(model, backend="optu")`: the entry point resolves to the backend; a transformer
+block and an LSTM compile and run equal to eager; each graph break's subgraph is optimized; a new
+input shape is optimized afresh; gradients are refused rather than silently dropped."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch_models import GPTBlock, LSTMLanguageModel
+
+from service.torch_backend import optu_backend
+from wire.torch_capture import TorchCaptureError
+
+OPTIONS = {"time_limit_s": 3}
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _recording_backend(caches: list):
+    """optu_backend, keeping each compiled graph's signature cache so tests can see what ran."""
+    def backend(gm, example_inputs):
+        caches.append(optu_backend(gm, example_inputs, options=dict(OPTIONS)))
+        return caches[-1]
+    return backend
+
+
+def test_the_entry_point_registers_the_optu_backend():
+    assert "optu" in torch._dynamo.list_backends()
+    assert torch._dynamo.lookup_backend("optu") is optu_backend
+
+
+def test_a_transformer_block_compiles_and_a_new_shape_is_optimized_again():
+    torch.manual_seed(0)
+    model, caches = GPTBlock().eval(), []
+    # the second shape reaches the backend as a graph with symbolic sizes, as Dynamo does by default
+    compiled = torch.compile(model, backend=_recording_backend(caches))
+    with torch.no_grad():
+        for shape in [(2, 6, 32), (1, 9, 32)]:
+            x = torch.randn(shape)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
+    signatures = [key for cache in caches for key in cache.responses]
+    assert len(signatures) == 2
+    assert all(r["validation"]["status"] in ("passed", "identical") for c in caches for r in c.responses.values())
+
+
+def test_options_reach_the_optimizer_through_torch_compile():
+    model = torch.nn.Linear(8, 4).eval()
+    compiled = torch.compile(model, backend="optu", options={"hardware": "no-such-profile"})
+    with torch.no_grad(), pytest.raises(Exception, match="no-such-profile"):
+        compiled(torch.randn(2, 8))
+
+
+def test_an_lstm_compiles_and_runs_equal_to_eager():
+    torch.manual_seed(0)
+    model, caches = LSTMLanguageModel().eval(), []
+    tokens = torch.randint(0, 50, (2, 3))
+    with torch._dynamo.config.patch(allow_rnn=True), torch.no_grad():  # Dynamo skips RNN modules otherwise
+        out = torch.compile(model, backend=_recording_backend(caches))(tokens)
+    torch.testing.assert_close(out, model(tokens), rtol=1e-4, atol=1e-5)
+    assert caches and all(c.responses for c in caches)
+
+
+def test_each_subgraph_of_a_graph_break_is_optimized():
+    def two_halves(x, w):
+        y = torch.tanh(x @ w)
+        torch._dynamo.graph_break()
+        return (y @ w.T).softmax(-1)
+
+    caches = []
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    out = torch.compile(two_halves, backend=_recording_backend(caches))(x, w)
+    torch.testing.assert_close(out, two_halves(x, w), rtol=1e-4, atol=1e-5)
+    assert len(caches) == 2 and all(len(c.responses) == 1 for c in caches)
+
+
+def test_calling_with_gradients_enabled_is_refused():
+    model = torch.nn.Linear(8, 4)
+    with pytest.raises(TorchCaptureError, match="torch.no_grad"):
+        torch.compile(model, backend="optu")(torch.randn(2, 8))
