@@ -34,6 +34,17 @@ class LSTMLanguageModel(nn.Module):
         return self.out(self.lstm(self.embed(tokens))[0])
 
 
+class TinyLSTM(nn.Module):
+    """An Embedding into a one-layer LSTM: the recurrent case, small enough to optimize quickly."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed, self.lstm = nn.Embedding(20, 8), nn.LSTM(8, 8, batch_first=True)
+
+    def forward(self, tokens):
+        return self.lstm(self.embed(tokens))[0]
+
+
 class GRUEncoder(nn.Module):
     def __init__(self):
         super().__init__()

@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 import torch.nn as nn
+from torch_models import TinyLSTM
 
 from service.cli import main
 from service.client import optimize
@@ -54,10 +55,13 @@ def test_a_function_of_tensors_keeps_its_output_structure():
 
 
 @pytest.mark.integration
-def test_a_torch_model_is_optimized_by_a_real_server_over_http(server_url):
-    model, x = TwoLayer().eval(), torch.randn(4, 16)
-    result = optimize(model, x, server=server_url, time_limit_s=5)
+@pytest.mark.parametrize("name", ["mlp", "int64 tokens into an lstm"])
+def test_a_torch_model_is_optimized_by_a_real_server_over_http(server_url, name):
+    torch.manual_seed(0)
+    model, x = (TwoLayer(), torch.randn(4, 16)) if name == "mlp" else (TinyLSTM(), torch.randint(0, 20, (2, 3)))
+    result = optimize(model.eval(), x, server=server_url, time_limit_s=5)
     assert result.response["estimate"]["optimized"]["time_s"] <= result.response["estimate"]["baseline"]["time_s"]
+    assert result.program["inputs"][-1]["dtype"] == str(x.dtype).removeprefix("torch.")  # int64 stays int64
     _check_torch_fn(result, model, x)
 
 
