@@ -210,7 +210,9 @@ def optimize(fn: Callable[..., Any], *args: Any, server: str | None = None,
 
     `fn` may be a PyTorch nn.Module, a function of torch tensors or an ExportedProgram: it is
     captured here through torch.export (its parameters and buffers as weights) and `.fn` then takes
-    and returns torch tensors; only the wire program travels to a `server`."""
+    and returns torch tensors; only the wire program travels to a `server`. The optimized program
+    is also checked against PyTorch running the exported graph (`response["torch_validation"]`);
+    one that disagrees raises OptimizeError."""
     captured = torch_client.capture(fn, args) if torch_client.takes_torch(fn, args) else None
     if captured is None:
         program, in_tree, out_tree = capture_with_trees(fn, *args, weight_argnums=weight_argnums)
@@ -223,6 +225,12 @@ def optimize(fn: Callable[..., Any], *args: Any, server: str | None = None,
                       f"({response['validation'].get('reason')}); check `.validation` before using `.fn`",
                       RuntimeWarning, stacklevel=2)
     if captured is not None:
+        if options.get("validate", True):
+            # the reference that matters to a PyTorch user: PyTorch itself, run on the exported graph
+            response["torch_validation"] = torch_client.validate_against_torch(captured, response["program"])
+            if response["torch_validation"]["status"] == "failed":
+                raise OptimizeError(f"the optimized program disagrees with PyTorch: "
+                                    f"{response['torch_validation']['reason']}", detail=response["torch_validation"])
         return OptimizeResult(response=response, fn=torch_client.TorchFunction(response["program"], captured))
     return _result(response, in_tree, out_tree)
 

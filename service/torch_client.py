@@ -9,7 +9,11 @@ from typing import Any
 import jax
 import numpy as np
 
+from lowering.kernels import output_avals
 from lowering.precompute import PrecomputedProgram
+from lowering.validate import Verdict, judge
+from lowering.validation_inputs import TRIALS, nudged
+from lowering.widen import float64_callable, widen
 from wire.execute import program_to_callable
 from wire.precision import declares_64_bit
 from wire.torch_capture import TorchProgram, capture_exported, capture_torch, to_numpy
@@ -72,3 +76,28 @@ def _to_jax(tensor: Any) -> Any:
         except (TypeError, RuntimeError, ValueError):  # dtypes DLPack cannot carry (e.g. some fp8)
             pass
     return jax.numpy.asarray(np.ascontiguousarray(to_numpy(t)))
+
+
+def validate_against_torch(captured: TorchProgram, optimized: dict[str, Any], seed: int = 0) -> dict[str, Any]:
+    """The verdict on `optimized` with PyTorch itself as the reference: the exported graph run by
+    PyTorch in float64 against the optimized program in float64, on the draws and under the verdict
+    rules of translation validation (`lowering.validate.judge`). What rounding explains there is
+    measured on the captured program run on the nudged inputs: it differs from PyTorch by the nudge's
+    effect and by its constants, which capture rounded to the model's own dtype (gelu's 1/sqrt(2)
+    in float32), so a draw tells only where the capture itself agrees with PyTorch within the
+    dtype's tolerance, and the optimized program may stray from PyTorch no farther than that."""
+    dtypes = [dtype for _, dtype in output_avals(captured.program)]
+    verdict = Verdict("torch float64", dtypes)
+    try:
+        candidate, original = jax.jit(float64_callable(optimized)), jax.jit(float64_callable(captured.program))
+    except (TypeError, ValueError) as err:
+        return verdict.result("inconclusive", f"the programs cannot be evaluated in float64: {err}")
+
+    def evaluate(args: list[np.ndarray], directions: list[np.ndarray | None], relative: float):
+        wide = widen(args)
+        with jax.enable_x64(True):
+            results = [np.asarray(x) for x in candidate(*wide)]
+            moved = [np.asarray(x) for x in original(*nudged(wide, directions, relative))]
+        return captured.reference(*wide), results, moved
+
+    return judge(captured.program, dtypes, evaluate, verdict, TRIALS, seed, None)

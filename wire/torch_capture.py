@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import numpy as np
@@ -14,6 +14,7 @@ from wire.aten import OutSpec, is_tensor, load_families
 from wire.aten.nn import Unavailable
 from wire.capture import inline_calls, jaxpr_to_wire
 from wire.format import WireProgram
+from wire.torch_reference import float64_reference
 
 
 class TorchCaptureError(ValueError):
@@ -35,12 +36,15 @@ class TorchExportError(TorchCaptureError):
 @dataclass
 class TorchProgram:
     """A captured model: its wire program (weight inputs first, then the user's tensors), the
-    weights' values in input order, and torch's pytree specs of the user inputs and outputs."""
+    weights' values in input order, torch's pytree specs of the user inputs and outputs, and the
+    float64 reference validation compares against."""
 
     program: dict
     weights: list[np.ndarray]
     in_spec: Any
     out_spec: Any
+    # PyTorch running the exported graph in float64, as a function of the program's inputs
+    reference: Callable[..., list[np.ndarray]] | None = None
 
 
 def numpy_dtype(dtype: Any) -> np.dtype:
@@ -99,7 +103,8 @@ def capture_exported(exported: Any) -> TorchProgram:
             roles.append("weight")
             weights.append(to_numpy(source[spec.target]))
         elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
-            constants[node.name] = np.zeros(0)  # unused (BatchNorm's step counter): no input for it
+            source = exported.state_dict if spec.target in exported.state_dict else exported.constants
+            constants[node.name] = to_numpy(source[spec.target])  # unused (BatchNorm's step counter): no input
         elif spec.kind == InputKind.CONSTANT_TENSOR:
             constants[node.name] = to_numpy(exported.constants[spec.target])
         elif spec.kind == InputKind.USER_INPUT and is_tensor(node.meta.get("val")):
@@ -108,7 +113,9 @@ def capture_exported(exported: Any) -> TorchProgram:
             raise TorchCaptureError(f"input {node.name!r} ({spec.kind.name}) is not a tensor; only tensor "
                                     "inputs can be captured (pass other values by closing over them)")
     program = graph_to_wire(exported.graph, roles, constants)
-    return TorchProgram(program, weights, exported.call_spec.in_spec, exported.call_spec.out_spec)
+    inputs = [n.name for n in placeholders if n.name not in constants]
+    return TorchProgram(program, weights, exported.call_spec.in_spec, exported.call_spec.out_spec,
+                        float64_reference(exported.graph_module, inputs, constants))
 
 
 def graph_to_wire(graph: Any, roles: Sequence[str], constants: dict[str, Any] | None = None) -> dict:

@@ -1,0 +1,43 @@
+"""Validation against PyTorch itself: the exported graph run by PyTorch in float64 is the reference
+for the optimized program, under translation validation's verdict rules; a mutant fails."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch_models import eval_models
+
+from service.client import optimize, optimize_program
+from service.torch_client import capture, validate_against_torch
+
+MODELS = eval_models()
+
+
+@pytest.mark.parametrize("name", ["mlp", "encoder"])
+def test_an_optimized_model_passes_against_pytorch_and_a_mutant_fails(name):
+    model, args = MODELS[name]
+    captured = capture(model, args)
+    optimized = optimize_program(captured.program, options={"time_limit_s": 3})["program"]
+    verdict = validate_against_torch(captured, optimized)
+    assert verdict["status"] == "passed" and verdict["criterion"] == "torch float64"
+    assert 0 < verdict["max_rel_error"] < 1e-6  # PyTorch's float64 differs from the capture's constants in float32
+    mutant = copy.deepcopy(optimized)
+    last_add = [e for e in mutant["eqns"] if e["op"] == "add"][-1]  # the residual or the output bias
+    last_add["op"] = "sub"
+    assert validate_against_torch(captured, mutant)["status"] == "failed"
+
+
+def test_the_client_reports_the_verdict_against_pytorch():
+    model, args = MODELS["mlp"]
+    result = optimize(model, *args, time_limit_s=3)
+    assert result.response["torch_validation"]["status"] == "passed"
+
+
+def test_the_reference_is_pytorch_in_float64():
+    model, args = MODELS["mlp"]
+    captured = capture(model, args)
+    inputs = [w.astype("float64") for w in captured.weights] + [args[0].double().numpy()]
+    with torch.no_grad():
+        expected = copy.deepcopy(model).double()(args[0].double())
+    torch.testing.assert_close(torch.from_numpy(captured.reference(*inputs)[0]), expected, rtol=1e-12, atol=1e-14)
