@@ -208,3 +208,18 @@ def test_the_assumption_sweep_moves_every_assumed_time_number_and_reports_the_ra
     # One GEMM per kernel denies the baseline its chaining: the chain's reordering gains more.
     by_gemms = {r["overrides"].get("kernel.max_gemms", 16): r["speedups"]["matmul_chain"] for r in rows}
     assert by_gemms[1] > by_gemms[16]
+
+
+def test_torch_zoo_benchmark_writes_every_number(tmp_path):
+    from bench import torch_zoo
+
+    out = tmp_path / "torch_zoo.json"
+    result = torch_zoo.main(["--models", "residual_mlp", "--reps", "2", "--time-limit-s", "2", "--output", str(out),
+                             "--no-readme"])
+    row = json.loads(out.read_text())["rows"][0]
+    assert row == result["rows"][0] and row["model"] == "residual_mlp"
+    assert row["validation"] in ("passed", "identical", "inconclusive") and row["optimize_s"] > 0
+    assert row["baseline_s"] > 0 and row["optimized_s"] <= row["baseline_s"]
+    latency = row["cpu_latency_s"]
+    assert all(latency[k] > 0 for k in ("optu_fn", "torch_eager", "exported_graph_module"))
+    assert latency["torch_compile_inductor"] is not None or "inductor_error" in latency
