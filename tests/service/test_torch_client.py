@@ -73,3 +73,13 @@ def test_optu_optimize_reads_a_saved_exported_program(tmp_path, capsys):
     response = json.loads(capsys.readouterr().out)
     assert response["validation"]["status"] in ("passed", "identical")
     assert [s["shape"] for s in response["program"]["inputs"]][-1] == [4, 16]
+
+
+@pytest.mark.integration
+def test_the_server_and_the_client_import_without_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, service.http.app, service.optimizer.pipeline, service.client, service.cli; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
