@@ -14,7 +14,7 @@ from service.torch_client import capture, validate_against_torch
 MODELS = eval_models()
 
 
-@pytest.mark.parametrize("name", ["mlp", "encoder"])
+@pytest.mark.parametrize("name", ["mlp", "mha"])
 def test_an_optimized_model_passes_against_pytorch_and_a_mutant_fails(name):
     model, args = MODELS[name]
     captured = capture(model, args)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, mutually_broadcastable_shapes
 
 aten = torch.ops.aten
-FAST = settings(max_examples=60, deadline=None)
+FAST = settings(max_examples=40, deadline=None)
 
 # name -> the input domain it is defined on ("real", "positive", "unit", "int", "bool")
 UNARY = {
@@ -65,6 +65,8 @@ def test_binary_ops_broadcast_and_promote_like_torch(name, shapes, dtypes, seed)
     rng = np.random.default_rng(seed)
     if name in INT_BINARY:
         dtypes = ("int", "int")
+    elif name in ("sub.Tensor", "pow.Tensor_Tensor") and "bool" in dtypes:
+        dtypes = ("int", "real")  # torch refuses bool operands here
     a, b = (_tensor(rng, s, d) for s, d in zip(shapes.input_shapes, dtypes))
     kwargs = {}
     if name in ("remainder.Tensor", "fmod.Tensor", "div.Tensor_mode"):

@@ -33,7 +33,7 @@ def _floor_div(a, b):
 
 def _trunc_div(a, b):
     if jnp.issubdtype(a.dtype, jnp.integer):
-        return lax.div(a, b)  # rounds toward zero, as C and torch do
+        return lax.div(*jnp.broadcast_arrays(a, b))  # rounds toward zero, as C and torch do
     return jnp.trunc(a / b)
 
 
