@@ -66,7 +66,7 @@ def export(model: Any, args: Sequence[Any], kwargs: dict | None = None) -> Any:
     """torch.export of an nn.Module or a function of tensors, decomposed to core ATen."""
     import torch
 
-    module = model if isinstance(model, torch.nn.Module) else _FunctionModule(model)
+    module = model if isinstance(model, torch.nn.Module) else _as_module(model)
     try:
         exported = torch.export.export(module, tuple(args), kwargs or None)
     except Exception as exc:  # torch.export raises many types; each means "cannot be exported"
@@ -236,14 +236,12 @@ def _describe(model: Any) -> str:
     return type(model).__name__ if hasattr(model, "forward") else getattr(model, "__name__", repr(model))
 
 
-class _FunctionModule:
-    """An nn.Module calling a plain function, so torch.export (which takes modules) accepts it."""
+def _as_module(fn: Any) -> Any:
+    """An nn.Module calling the plain function `fn`, since torch.export takes modules."""
+    import torch
 
-    def __new__(cls, fn: Any) -> Any:
-        import torch
+    class FunctionModule(torch.nn.Module):
+        def forward(self, *args: Any, **kwargs: Any) -> Any:
+            return fn(*args, **kwargs)
 
-        class FunctionModule(torch.nn.Module):
-            def forward(self, *args: Any, **kwargs: Any) -> Any:
-                return fn(*args, **kwargs)
-
-        return FunctionModule()
+    return FunctionModule()
