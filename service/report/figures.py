@@ -55,10 +55,10 @@ def roofline_points(kernels: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def roofs(profile: HardwareProfile, low: float, high: float) -> list[dict[str, Any]]:
     """The profile's ceilings over intensities `low`..`high`: HBM bandwidth times intensity up to
-    each unit's peak (the optical cores' multiply-accumulates, the vector unit's flops)."""
+    each unit's peak (the GEMM cores' multiply-accumulates, the vector unit's flops)."""
     bandwidth = profile.memory.hbm_bw_bytes_per_s
     gemm = profile.gemm
-    peaks = {"optical peak": 2.0 * gemm.rows * gemm.cols * gemm.cores * gemm.clock_hz,
+    peaks = {"GEMM peak": 2.0 * gemm.rows * gemm.cols * gemm.cores * gemm.clock_hz,
              "vector peak": profile.vector.flops_per_s}
     rows = []
     for roof, peak in peaks.items():
