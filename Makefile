@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 # server needs it); Chromium is the browser the report tests drive through Playwright.
 system-packages:
 	@command -v dot >/dev/null && command -v chromium >/dev/null || \
-	  { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq graphviz chromium >/dev/null; } || \
+	  { [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz chromium >/dev/null; } || \
 	  { echo "the reports need Debian's graphviz and chromium: apt-get install graphviz chromium" >&2; exit 1; }
 
 $(STAMP): pyproject.toml | system-packages

@@ -41,13 +41,17 @@ def render_report(response: dict[str, Any]) -> str:
     baseline_kernels = response.get("baseline_kernels")
     before = None if baseline_kernels is None else dataflow_svg(dataflow_graph(baseline_kernels, name="before"))
     after = dataflow_svg(dataflow_graph(kernels, response.get("precompute_kernels"), name="after"))
-    estimate = response["estimate"]
+    estimate, points = response["estimate"], roofline_points(kernels)
+    specs = {}  # charts with something to draw (a program can be all weight-only work, or nothing)
+    if kernels:
+        specs["timeline"] = timeline_spec(kernels)
+    if points:
+        specs["roofline"] = roofline_spec(kernels, _profile(estimate["hardware"]))
     return _TEMPLATES.get_template("report.html.j2").render(
         response=response, estimate=estimate, estimates=estimate_rows(estimate),
         validation=validation_rows(response["validation"]), rewrites=rewrite_rows(report),
         search=search_rows(report), notes=report.get("notes", []),
         kernel_count=len(kernels), baseline_count=None if baseline_kernels is None else len(baseline_kernels),
-        off_roofline=len(kernels) - len(roofline_points(kernels)),
-        specs={"timeline": timeline_spec(kernels), "roofline": roofline_spec(kernels, _profile(estimate["hardware"]))},
+        off_roofline=len(kernels) - len(points), specs=specs,
         before_svg=before, after_svg=after, bounds=[(BOUND_LABELS[b], c) for b, c in BOUND_COLORS.items()],
         vega_js=vega_javascript())

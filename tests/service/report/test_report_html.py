@@ -12,6 +12,7 @@ from report_example import HARDWARE, WEIGHTS, example_arguments, network
 
 from service.cli import main
 from service.client import optimize
+from service.optimizer import pipeline
 from service.report import render_report
 
 pytestmark = pytest.mark.integration
@@ -72,3 +73,11 @@ def test_the_clients_result_renders_its_report_and_shows_it_inline_in_jupyter():
     frame = result._repr_html_()
     assert frame.startswith("<iframe srcdoc=\"") and 'sandbox="allow-scripts"' in frame
     assert html.unescape(re.search(r'srcdoc="([^"]*)"', frame).group(1)) == page
+
+
+def test_a_program_that_computes_nothing_per_call_reports_so_instead_of_empty_charts():
+    identity = {"format": "optu.jaxpr/v1", "inputs": [{"name": "a", "shape": [4], "dtype": "float32"}],
+                "eqns": [], "outputs": ["a"]}
+    page = render_report(json.loads(json.dumps(pipeline.optimize(identity))))
+    assert "No kernel runs per call." in page
+    assert json.loads(re.search(r"const specs = (.*);\n", page).group(1)) == {}
