@@ -37,16 +37,16 @@ def dataflow_graph(kernels: list[dict[str, Any]], precompute: list[dict[str, Any
     precompute = precompute or []
     placed = [(k, True) for k in precompute] + [(k, False) for k in kernels]
     producer = {out: kernel_node(k, pre) for k, pre in placed for out in k["outputs"]}
-    read = {name for k, _ in placed for name in k["inputs"]}
+    read = {value for k, _ in placed for value in k["inputs"]}
     value_bytes = _value_bytes(kernels + precompute)
     graph = graphviz.Digraph(name, graph_attr={"rankdir": "TB", "fontname": "Helvetica", "bgcolor": "transparent"},
                              node_attr={"fontname": "Helvetica", "fontsize": "10"},
                              edge_attr={"fontname": "Helvetica", "fontsize": "9", "color": "#555555"})
     for kernel, pre in placed:
         graph.node(kernel_node(kernel, pre), _kernel_label(kernel, pre), shape="box", style="filled,rounded"
-                   + (",dashed" if pre else ""), fillcolor=BOUND_COLORS[kernel["estimate"]["bound"]] + "55")
-    sources = sorted({name for name in read if name not in producer})
-    for source in sources:
+                   + (",dashed" if pre else ""),
+                   fillcolor=BOUND_COLORS[kernel["estimate"]["bound"]] + "55")  # a light tint: the label stays legible
+    for source in sorted(value for value in read if value not in producer):  # program inputs and weights
         graph.node(f"in_{source}", source, shape="ellipse", style="filled", fillcolor="#eeeeee")
     for kernel, pre in placed:
         for value in kernel["inputs"]:

@@ -44,7 +44,8 @@ def test_report_is_one_self_contained_page_with_every_kernel_and_the_responses_n
                                                   + [f"p{k['id']}" for k in response["precompute_kernels"]])
     assert kernel_titles(section(page, "dataflow-before")) == [f"k{k['id']}" for k in response["baseline_kernels"]]
     specs = json.loads(re.search(r"const specs = (.*);\n", page).group(1))
-    assert [row["kernel"] for row in specs["timeline"]["data"]["values"]] == [f"k{k['id']}" for k in response["kernels"]]
+    timeline = specs["timeline"]["data"]["values"]
+    assert [row["kernel"] for row in timeline] == [f"k{k['id']}" for k in response["kernels"]]
     rewrites = section(page, "rewrites")
     assert all(f"<code>{rule}</code>" in rewrites for rule, n in response["report"]["rewrites"].items() if n)
 
