@@ -4,9 +4,16 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 PY := $(VENV)/bin/python
 
-.PHONY: serve test test-fast bench image lock install clean
+.PHONY: serve test test-fast bench image lock install clean system-packages
 
-$(STAMP): pyproject.toml
+# From the distribution, when missing: Graphviz's `dot` lays out the reports' dataflow graphs (the
+# server needs it); Chromium is the browser the report tests drive through Playwright.
+system-packages:
+	@command -v dot >/dev/null && command -v chromium >/dev/null || \
+	  { [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz chromium >/dev/null; } || \
+	  { echo "the reports need Debian's graphviz and chromium: apt-get install graphviz chromium" >&2; exit 1; }
+
+$(STAMP): pyproject.toml | system-packages
 	test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'

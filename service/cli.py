@@ -79,6 +79,11 @@ def _optimize(args: argparse.Namespace) -> int:
         print(response["listing"], end="")
     else:
         print(json.dumps(response, indent=2) if args.json else _summary(response))
+    if args.report:
+        from service.report import render_report  # only this option needs the charting libraries loaded
+
+        Path(args.report).write_text(render_report(response), encoding="utf-8")
+        print(f"report written to {args.report}", file=sys.stderr)
     return 0
 
 
@@ -229,6 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--server", metavar="URL", help="POST to this server instead of running in-process")
     opt.add_argument("--json", action="store_true", help="print the whole response")
     opt.add_argument("--listing", action="store_true", help="print the kernel program listing")
+    opt.add_argument("--report", metavar="OUT.html", help="also write the result's HTML report (self-contained) here")
     opt.set_defaults(run=_optimize)
 
     sw = commands.add_parser("sweep", help="optimize a program over a grid of hardware parameters")

@@ -3,6 +3,7 @@ optimizes once per input signature, in-process or through a server."""
 from __future__ import annotations
 
 import functools
+import html
 import json
 import threading
 import time
@@ -71,6 +72,17 @@ class OptimizeResult:
     @property
     def report(self) -> dict[str, Any]:
         return self.response["report"]
+
+    def report_html(self) -> str:
+        """The result's HTML report: one self-contained page (save it, or open it offline)."""
+        from service.report import render_report  # the charting libraries load only when a report is asked for
+
+        return render_report(self.response)
+
+    def _repr_html_(self) -> str:
+        # Jupyter shows this inline; a sandboxed frame keeps the report's styles and scripts its own.
+        return (f'<iframe srcdoc="{html.escape(self.report_html(), quote=True)}" sandbox="allow-scripts" '
+                'style="width: 100%; height: 900px; border: 1px solid #ddd"></iframe>')
 
 
 def optimize_program(program: dict[str, Any], *, server: str | None = None,

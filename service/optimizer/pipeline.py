@@ -85,8 +85,8 @@ def _optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | 
                 notes.append("validation failed; returning the original program (rules fired: "
                              + ", ".join(found.saturation.rules_fired) + ")")
                 candidate, lowered = program, build_kernel_program(program, profile, CONVENTIONAL)
-    return _response(identity, profile, candidate, lowered, _estimates(profile, naive, baseline, lowered,
-                                                                       [program, candidate]),
+    return _response(identity, profile, candidate, lowered, baseline,
+                     _estimates(profile, naive, baseline, lowered, [program, candidate]),
                      validation, _report(found, fusion_report, timings, notes, control_flow, program, candidate))
 
 
@@ -105,15 +105,18 @@ def original_response(program: dict[str, Any], hardware: str | dict | HardwarePr
               "equations": {"original": len(program["eqns"]), "optimized": len(program["eqns"])},
               "timings_s": {"fallback": round(time.perf_counter() - start, 6)},
               "notes": [note], "control_flow": None}
-    return _response(canonical_request_id(program, profile, options), profile, program, original,
+    return _response(canonical_request_id(program, profile, options), profile, program, original, baseline,
                      _estimates(profile, naive, baseline, original, [program]), identical(), report)
 
 
 def _response(identity: str, profile: HardwareProfile, program: dict[str, Any], lowered: KernelProgram,
-              estimate: dict[str, Any], validation: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
-    """The response for `program` in `lowered`'s kernels, checked against its model."""
+              baseline: KernelProgram, estimate: dict[str, Any], validation: dict[str, Any],
+              report: dict[str, Any]) -> dict[str, Any]:
+    """The response for `program` in `lowered`'s kernels, checked against its model; the baseline's
+    kernels go with it so a report can draw the program before and after."""
     return typed({"id": identity, "program": program, "kernels": [k.to_dict() for k in lowered.kernels],
             "precompute_kernels": [k.to_dict() for k in lowered.precompute],
+            "baseline_kernels": [k.to_dict() for k in baseline.kernels],
             "listing": kernel_listing(lowered, profile.name), "estimate": estimate, "validation": validation,
             "report": report, "cache": "miss"})
 
