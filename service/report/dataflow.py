@@ -60,7 +60,11 @@ def dataflow_graph(kernels: list[dict[str, Any]], precompute: list[dict[str, Any
     return graph
 
 
-def dataflow_svg(graph: graphviz.Digraph) -> str:
-    """The graph laid out by Graphviz's `dot` as an SVG element (no XML prologue: it goes inline)."""
-    svg = graph.pipe(format="svg", encoding="utf-8")
+def dataflow_svg(graph: graphviz.Digraph) -> str | None:
+    """The graph laid out by Graphviz's `dot` as an SVG element (no XML prologue: it goes inline);
+    None where `dot` is not installed, so a report without graphs still renders."""
+    try:
+        svg = graph.pipe(format="svg", encoding="utf-8")
+    except graphviz.ExecutableNotFound:
+        return None
     return svg[svg.index("<svg"):]

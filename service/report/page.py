@@ -35,6 +35,9 @@ def _profile(name: str) -> HardwareProfile | None:
     return load_profile(name) if name in list_profiles() else None
 
 
+NO_DOT = "Graphviz's dot is not installed where this report was made (apt-get install graphviz), so no graph."
+
+
 def render_report(response: dict[str, Any]) -> str:
     """The HTML report of an optimize response (as the API answers it)."""
     kernels, report = response["kernels"], response["report"]
@@ -53,5 +56,5 @@ def render_report(response: dict[str, Any]) -> str:
         search=search_rows(report), notes=report.get("notes", []),
         kernel_count=len(kernels), baseline_count=None if baseline_kernels is None else len(baseline_kernels),
         off_roofline=len(kernels) - len(points), specs=specs,
-        before_svg=before, after_svg=after, bounds=[(BOUND_LABELS[b], c) for b, c in BOUND_COLORS.items()],
+        before_svg=before, after_svg=after, no_dot=NO_DOT, bounds=[(BOUND_LABELS[b], c) for b, c in BOUND_COLORS.items()],
         vega_js=vega_javascript())

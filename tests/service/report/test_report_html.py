@@ -82,3 +82,11 @@ def test_a_program_that_computes_nothing_per_call_reports_so_instead_of_empty_ch
     page = render_report(json.loads(json.dumps(pipeline.optimize(identity))))
     assert "No kernel runs per call." in page
     assert json.loads(re.search(r"const specs = (.*);\n", page).group(1)) == {}
+
+
+def test_without_graphviz_the_report_still_renders_and_says_why_it_has_no_graphs(response, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no `dot` anywhere on it
+    page = render_report(response)
+    assert "<svg" not in section(page, "dataflow-before") and "<svg" not in section(page, "dataflow-after")
+    assert page.count("Graphviz&#39;s dot is not installed") == 2  # one note per graph, escaped as all text is
+    assert 'id="speedup-baseline"' in page
