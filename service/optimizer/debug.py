@@ -14,12 +14,24 @@ from lowering.kernel_provenance import rule_patterns
 from lowering.kernels import CONVENTIONAL, build_kernel_program
 from lowering.rule_bisect import NotFailing, minimal_failing
 from lowering.validate import validate
+from lowering.widen import CannotWiden
 from rewrites.registry import NamedRule
 from rewrites.schedule import ALGEBRA_RULE_NAMES
 from service.optimizer.options import OptimizeOptions
 from service.optimizer.pipeline import optimize
 from service.optimizer.translation_validation import check_signatures
-from wire.format import WireProgram
+from wire.format import WireError, WireProgram
+
+
+class DebugKernelSpec(BaseModel):
+    model_config = ConfigDict(extra="allow")  # the rest of a response's kernel (estimate, buffers) passes
+
+    id: int = Field(description="the kernel's id")
+    kind: str = Field("vector", description="optical_gemm, vector, fused or host")
+    ops: list[str] = Field(description="primitives the kernel computes")
+    inputs: list[str] = Field(description="values of the optimized program it reads")
+    outputs: list[str] = Field(description="values of the optimized program it writes")
+    precompute: bool = Field(False, description="weight-only work, run once before the per-call kernels")
 
 
 class DebugRequest(BaseModel):
@@ -28,7 +40,7 @@ class DebugRequest(BaseModel):
     original: WireProgram = Field(description="the program as written")
     optimized: WireProgram = Field(description="the optimized program (a /v1/optimize response's `program`; "
                                                "where its validation failed, run with `validate: false` to get it)")
-    kernels: list[dict[str, Any]] | None = Field(
+    kernels: list[DebugKernelSpec] | None = Field(
         None, description="the optimize response's `kernels` (and `precompute_kernels`, each with `precompute: "
                           "true`); default: the optimized program grouped as the fair baseline groups it")
     rewrites: dict[str, int] | None = Field(None, description="the optimize response's `report.rewrites`: "
@@ -73,22 +85,41 @@ class DebugResponse(BaseModel):
     bisection: Bisection | None = Field(None, description="present when bisect_rules was asked")
 
 
-def debug(original: dict[str, Any], optimized: dict[str, Any], kernels: list[dict[str, Any]] | None = None,
+def debug(original: dict[str, Any], optimized: dict[str, Any],
+          kernels: list[dict[str, Any] | DebugKernelSpec] | None = None,
           rewrites: dict[str, int] | None = None, hardware: str | dict | HardwareProfile | None = None,
           options: OptimizeOptions | dict | None = None, bisect_rules: bool = False, seed: int = 0,
           extra_rules: Sequence[NamedRule] = ()) -> dict[str, Any]:
     """The debugger's report on `optimized` against `original`; WireError (a 422) naming the field
     when their signatures differ. `extra_rules` join the optimizer's own (in-process only)."""
     check_signatures(original, optimized, ("original", "optimized"))
-    if kernels is None:
+    if kernels is not None:
+        kernels = [DebugKernelSpec.model_validate(k).model_dump() for k in kernels]
+        _check_kernels(optimized, kernels)
+    else:
         lowered = build_kernel_program(optimized, resolve_profile(hardware), CONVENTIONAL)
         kernels = [*({**k.to_dict(), "precompute": True} for k in lowered.precompute),
                    *(k.to_dict() for k in lowered.kernels)]
-    found = debug_kernels(original, optimized, kernels, rewrites, rule_patterns(extra_rules), seed)
+    try:
+        found = debug_kernels(original, optimized, kernels, rewrites, rule_patterns(extra_rules), seed)
+    except CannotWiden as err:
+        raise WireError(str(err), field="optimized") from None
     result = {**found, "validation": validate(original, optimized)}
     if bisect_rules:
         result["bisection"] = bisect(original, hardware, options, extra_rules, seed)
     return result
+
+
+def _check_kernels(optimized: dict[str, Any], kernels: list[dict[str, Any]]) -> None:
+    """WireError naming the field unless every kernel reads and writes values of `optimized`."""
+    values = {s["name"] for s in [*optimized["inputs"], *optimized.get("consts", [])]}
+    values |= {o["name"] for e in optimized["eqns"] for o in e["out"]}
+    for k, kernel in enumerate(kernels):
+        for part in ("inputs", "outputs"):
+            unknown = [name for name in kernel[part] if name not in values]
+            if unknown:
+                raise WireError(f"{unknown[0]!r} is not a value of the optimized program",
+                                field=f"kernels[{k}].{part}")
 
 
 def bisect(original: dict[str, Any], hardware: str | dict | HardwareProfile | None,
