@@ -31,17 +31,18 @@ def every_value(program: dict[str, Any], args: list[np.ndarray]) -> dict[str, np
 
 def debug_kernels(original: dict[str, Any], optimized: dict[str, Any], kernels: list[dict[str, Any]],
                   rules_fired: Mapping[str, int] | None = None,
-                  patterns: Mapping[str, frozenset[str]] | None = None, seed: int = 0) -> dict[str, Any]:
+                  patterns: Mapping[str, frozenset[str]] | None = None, seed: int = 0,
+                  provenance: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Per kernel of `optimized` (as a response lists them: `id`, `kind`, `ops`, `inputs`, `outputs`;
     precompute kernels with `precompute: true`, run first), the largest normwise relative error of
     its outputs against the original values they stand for; the first kernel in execution order
     beyond its outputs' dtype tolerance; and per changed kernel the fired rules (`rules_fired`)
     that can have shaped it (`patterns`: rewrites/registry.py `pattern_ops`). Both programs must
-    have one signature."""
+    have one signature; `provenance` is the optimize response's (see `stands_for`)."""
     patterns = rule_patterns() if patterns is None else patterns
     args = random_inputs(original, seed, FAN_IN_SCALED)
     reference, candidate = every_value(original, args), every_value(optimized, args)
-    mapping = stands_for(original, optimized)
+    mapping = stands_for(original, optimized, provenance)
     dtypes = {o["name"]: o["dtype"] for e in optimized["eqns"] for o in e["out"]}
     report, first = [], None
     for kernel in sorted(kernels, key=lambda k: (not k.get("precompute", False), k["id"])):

@@ -13,13 +13,19 @@ from rewrites.registry import NamedRule, pattern_ops
 from rewrites.schedule import ALL_FAMILIES
 
 
-def stands_for(original: dict[str, Any], optimized: dict[str, Any]) -> dict[str, str]:
-    """Optimized value -> the original value it must equal: identical computations, values paired
+def stands_for(original: dict[str, Any], optimized: dict[str, Any],
+               provenance: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Optimized value -> the original value it must equal. The optimizer's own record where given
+    (`provenance`: the original value in each emitted value's e-class, kept through ingest and
+    extraction); else the validator's value numbering: identical computations, values paired
     through equal equations from the outputs down, and the roots of the rewritten regions. The
     outputs always pair."""
     plan = find_regions(original, optimized)
+    numbered = {} if plan is None else plan.stands_for
+    values = {o["name"] for e in original["eqns"] for o in e["out"]} | {s["name"] for s in original["inputs"]}
+    recorded = {p: o for p, o in (provenance or {}).items() if o in values}
     paired = {p: o for o, p in zip(original["outputs"], optimized["outputs"]) if isinstance(o, str) and isinstance(p, str)}
-    return paired if plan is None else {**plan.stands_for, **paired}
+    return {**numbered, **recorded, **paired}
 
 
 def replaced_equations(original: dict[str, Any], outputs: Iterable[str], inputs: Iterable[str]) -> list[int]:

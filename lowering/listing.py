@@ -54,7 +54,7 @@ def kernel_listing(program: KernelProgram, hardware: str,
 def explained_listing(original: dict[str, Any], response: dict[str, Any]) -> str:
     """The listing of an optimize `response` with, per kernel, the rewrites that shaped it: the fired
     rules whose patterns mention its ops or the ops of the `original` equations it replaces."""
-    mapping, patterns = stands_for(original, response["program"]), rule_patterns()
+    mapping, patterns = stands_for(original, response["program"], response.get("provenance")), rule_patterns()
     notes = {}
     for precompute, kernels in ((False, response["kernels"]), (True, response.get("precompute_kernels", []))):
         for kernel in kernels:

@@ -37,14 +37,16 @@ def _debug(args: argparse.Namespace, original: dict[str, Any]) -> int:
     optimized = json.loads(Path(args.optimized).read_text(encoding="utf-8"))
     if not isinstance(optimized, dict):
         raise ValueError(f"{args.optimized}: expected a JSON object, got {type(optimized).__name__}")
-    kernels = rewrites = None
+    kernels = rewrites = provenance = None
     if "kernels" in optimized:  # an optimize response: its kernels and the rules that fired
         kernels = [*({**k, "precompute": True} for k in optimized.get("precompute_kernels", [])),
                    *optimized["kernels"]]
         rewrites = optimized.get("report", {}).get("rewrites")
+        provenance = optimized.get("provenance")
     report = debug_programs(original["program"], optimized.get("program", optimized), kernels=kernels,
-                            rewrites=rewrites, server=args.server, hardware=args.hardware or original.get("hardware"),
-                            options=original.get("options"), bisect_rules=args.bisect_rules, seed=args.seed)
+                            rewrites=rewrites, provenance=provenance, server=args.server,
+                            hardware=args.hardware or original.get("hardware"), options=original.get("options"),
+                            bisect_rules=args.bisect_rules, seed=args.seed)
     print(json.dumps(report, indent=2) if args.json else debug_table(report))
     blamed = (report.get("bisection") or {}).get("status") == "found"
     return EXIT_DIVERGES if report["first_divergent"] is not None or blamed else EXIT_OK

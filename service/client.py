@@ -126,13 +126,14 @@ def validate_programs(original: dict[str, Any], candidate: dict[str, Any], *, se
 
 
 def debug_programs(original: dict[str, Any], optimized: dict[str, Any], *, kernels: list[dict[str, Any]] | None = None,
-                   rewrites: dict[str, int] | None = None, server: str | None = None,
+                   rewrites: dict[str, int] | None = None, provenance: dict[str, str] | None = None,
+                   server: str | None = None,
                    hardware: str | dict | None = None, options: dict[str, Any] | None = None,
                    bisect_rules: bool = False, seed: int = 0, timeout: float = 600) -> dict[str, Any]:
     """The /v1/debug report (service/optimizer/debug.py) on `optimized` against `original`: POSTed to
     `server`, or run in-process; OptimizeError (422) naming the field when their signatures differ."""
     body = {"original": original, "optimized": optimized, "kernels": kernels, "rewrites": rewrites,
-            "hardware": hardware, "options": options, "bisect_rules": bisect_rules, "seed": seed}
+            "provenance": provenance, "hardware": hardware, "options": options, "bisect_rules": bisect_rules, "seed": seed}
     if server is not None:
         return _post(server, body, timeout, "/v1/debug")
     from service.optimizer import debug  # in-process only, as for optimize
@@ -140,7 +141,7 @@ def debug_programs(original: dict[str, Any], optimized: dict[str, Any], *, kerne
     settings = get_settings()
     with _client_errors("debug"):
         return debug.debug(original, optimized, kernels, rewrites, resolve_hardware(hardware, settings.default_hardware),
-                           request_options(options, settings), bisect_rules, seed)
+                           request_options(options, settings), bisect_rules, seed, provenance=provenance)
 
 
 @contextmanager

@@ -25,4 +25,5 @@ def add_debug_routes(app: FastAPI, settings: Settings) -> None:
         optimized = program_within_limits(body.optimized, settings, "optimized")
         return debug(original, optimized, body.kernels, body.rewrites,
                      resolve_hardware(body.hardware, settings.default_hardware),
-                     request_options(body.options, settings), body.bisect_rules, body.seed)
+                     request_options(body.options, settings), body.bisect_rules, body.seed,
+                     provenance=body.provenance)

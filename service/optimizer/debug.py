@@ -45,6 +45,9 @@ class DebugRequest(BaseModel):
                           "true`); default: the optimized program grouped as the fair baseline groups it")
     rewrites: dict[str, int] | None = Field(None, description="the optimize response's `report.rewrites`: "
                                                               "the rules that fired")
+    provenance: dict[str, str] | None = Field(None, description="the optimize response's `provenance`: what each "
+                                                                "optimized value stands for; default: inferred "
+                                                                "by value numbering")
     hardware: str | dict[str, Any] | None = Field(None, description="profile for kernels and for re-optimizing")
     options: OptimizeOptions | None = Field(None, description="options for re-optimizing (bisect_rules)")
     bisect_rules: bool = Field(False, description="find a 1-minimal set of rules whose application makes "
@@ -89,7 +92,7 @@ def debug(original: dict[str, Any], optimized: dict[str, Any],
           kernels: list[dict[str, Any] | DebugKernelSpec] | None = None,
           rewrites: dict[str, int] | None = None, hardware: str | dict | HardwareProfile | None = None,
           options: OptimizeOptions | dict | None = None, bisect_rules: bool = False, seed: int = 0,
-          extra_rules: Sequence[NamedRule] = ()) -> dict[str, Any]:
+          extra_rules: Sequence[NamedRule] = (), provenance: dict[str, str] | None = None) -> dict[str, Any]:
     """The debugger's report on `optimized` against `original`; WireError (a 422) naming the field
     when their signatures differ. `extra_rules` join the optimizer's own (in-process only)."""
     check_signatures(original, optimized, ("original", "optimized"))
@@ -101,7 +104,7 @@ def debug(original: dict[str, Any], optimized: dict[str, Any],
         kernels = [*({**k.to_dict(), "precompute": True} for k in lowered.precompute),
                    *(k.to_dict() for k in lowered.kernels)]
     try:
-        found = debug_kernels(original, optimized, kernels, rewrites, rule_patterns(extra_rules), seed)
+        found = debug_kernels(original, optimized, kernels, rewrites, rule_patterns(extra_rules), seed, provenance)
     except CannotWiden as err:
         raise WireError(str(err), field="optimized") from None
     result = {**found, "validation": validate(original, optimized)}
@@ -145,5 +148,5 @@ def bisect(original: dict[str, Any], hardware: str | dict | HardwareProfile | No
     response = optimized_with(frozenset(rules))
     kernels = [*({**k, "precompute": True} for k in response["precompute_kernels"]), *response["kernels"]]
     built = debug_kernels(original, response["program"], kernels, response["report"]["rewrites"],
-                          rule_patterns(extra_rules), seed)
+                          rule_patterns(extra_rules), seed, response["provenance"])
     return {"status": "found", "rules": rules, "configurations": tried, "kernel": built["first_divergent"]}

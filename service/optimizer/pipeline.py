@@ -81,9 +81,13 @@ def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | N
                 notes.append("validation failed; returning the original program (rules fired: "
                              + ", ".join(found.saturation.rules_fired) + ")")
                 candidate, lowered = program, build_kernel_program(program, profile, CONVENTIONAL)
+    # the e-graph's record of what each value stands for names the searched program's values: the request's when
+    # no loop was rewritten first
+    provenance = found.provenance if candidate is found.candidate and nested == program else {}
     return _response(identity, profile, candidate, lowered, _estimates(profile, naive, baseline, lowered,
                                                                        [program, candidate]),
-                     validation, _report(found, fusion_report, timings, notes, control_flow, program, candidate))
+                     validation, _report(found, fusion_report, timings, notes, control_flow, program, candidate),
+                     provenance)
 
 
 def original_response(program: dict[str, Any], hardware: str | dict | HardwareProfile | None,
@@ -106,12 +110,13 @@ def original_response(program: dict[str, Any], hardware: str | dict | HardwarePr
 
 
 def _response(identity: str, profile: HardwareProfile, program: dict[str, Any], lowered: KernelProgram,
-              estimate: dict[str, Any], validation: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
+              estimate: dict[str, Any], validation: dict[str, Any], report: dict[str, Any],
+              provenance: dict[str, str] | None = None) -> dict[str, Any]:
     """The response for `program` in `lowered`'s kernels, checked against its model."""
     return typed({"id": identity, "program": program, "kernels": [k.to_dict() for k in lowered.kernels],
             "precompute_kernels": [k.to_dict() for k in lowered.precompute],
             "listing": kernel_listing(lowered, profile.name), "estimate": estimate, "validation": validation,
-            "report": report, "cache": "miss"})
+            "report": report, "provenance": provenance or {}, "cache": "miss"})
 
 
 def _loops(written: dict[str, Any], profile: HardwareProfile, options: OptimizeOptions,

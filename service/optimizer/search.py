@@ -62,6 +62,8 @@ class Search:
     pieces: dict[str, int] = field(default_factory=dict)  # set when searched piecewise
     # when searched piecewise: each distinct piece as written and as searched, which `candidate` stitches
     searched_pieces: list[tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=list)
+    # candidate's value -> the searched program's value in its e-class (lowering/emit.py); empty when stitched
+    provenance: dict[str, str] = field(default_factory=dict)
 
 
 @contextmanager
@@ -150,6 +152,7 @@ def _search(program: dict[str, Any], profile: HardwareProfile, options: Optimize
             emitted = emit_program(kernel_view, extraction.choice, fused.params, program)
             result.candidate = without_unused_consts(emitted.program)  # eqn indices (groups) are unchanged
             result.groups = emitted.groups
+            result.provenance = emitted.provenance
         except ExtractionCycle as err:
             result.cycle = str(err)
     return result

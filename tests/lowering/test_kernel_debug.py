@@ -9,9 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from costmodel.profile import resolve_profile
-from lowering.kernel_debug import debug_kernels
+from lowering.kernel_debug import debug_kernels, every_value
 from lowering.kernels import NAIVE, build_kernel_program
 from lowering.listing import explained_listing
+from lowering.validation_inputs import random_inputs
 from service.optimizer.pipeline import optimize
 from wire.capture import capture
 
@@ -66,3 +67,14 @@ def test_an_unchanged_kernel_is_explained_as_written():
     response = optimize(original, "optu-v1", {"rules": False})
     text = explained_listing(original, response)
     assert "none: it computes the original as written" in text
+
+
+def test_the_optimizers_provenance_pairs_values_that_are_equal():
+    original = capture(lambda a, w1, w2, b: jnp.tanh((a * 1.0) @ w1 + b) @ (w2 * 2.0), *ARGS)
+    response = optimize(original, "optu-v1")
+    provenance = response["provenance"]
+    assert len(provenance) >= 2 and set(provenance.values()) <= {o["name"] for e in original["eqns"] for o in e["out"]}
+    args = random_inputs(original, 0, True)
+    reference, candidate = every_value(original, args), every_value(response["program"], args)
+    for value, stands in provenance.items():  # one e-class: one value (the rules are sound)
+        np.testing.assert_allclose(candidate[value], reference[stands], rtol=1e-9, atol=1e-12)

@@ -38,7 +38,7 @@ def test_the_debugger_names_the_unsound_rule_and_the_kernel_it_built():
     response = optimize(original, "optu-v1", {"validate": False}, [TANH_IS_IDENTITY])
     assert "tanh" not in {e["op"] for e in response["program"]["eqns"]}  # the rule fired and was chosen
     report = debug(original, response["program"], _kernels(response), response["report"]["rewrites"], "optu-v1",
-                   None, bisect_rules=True, extra_rules=[TANH_IS_IDENTITY])
+                   None, bisect_rules=True, extra_rules=[TANH_IS_IDENTITY], provenance=response["provenance"])
     assert report["validation"]["status"] == "failed"
     first = report["first_divergent"]
     outputs = {o["stands_for"]: o for o in first["outputs"]}
