@@ -53,15 +53,6 @@ def test_the_debugger_names_the_unsound_rule_and_the_kernel_it_built():
     assert original["outputs"][1] in {o["stands_for"] for o in built["outputs"] if o["diverges"]}
 
 
-def test_bisection_of_a_sound_optimization_blames_no_rule():
-    original = capture(_layer, *ARGS)
-    response = optimize(original, "optu-v1")
-    report = debug(original, response["program"], _kernels(response), response["report"]["rewrites"], "optu-v1",
-                   bisect_rules=True)
-    assert report["first_divergent"] is None
-    assert report["bisection"]["status"] == "not_failing" and report["bisection"]["rules"] == []
-
-
 def test_programs_with_different_signatures_are_refused_naming_the_field():
     original = capture(_layer, *ARGS)
     other = capture(lambda a, w1, w2, b: _layer(a, w1, w2[:, :4], b), *ARGS)
