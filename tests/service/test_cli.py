@@ -63,6 +63,14 @@ def test_optimize_with_json_on_a_terminal_prints_only_the_json(tmp_path, capsys,
     assert json.loads(out)["validation"]["status"] in ("passed", "identical") and err == ""
 
 
+def test_sweep_on_a_terminal_shows_the_grid_point(tmp_path, capsys, monkeypatch):
+    _on_a_terminal(monkeypatch)
+    path = _write(tmp_path, "p.json", capture(_layer, *ARGS))
+    assert main(["sweep", path, "--param", "gemm.rows=64,128"]) == 0
+    out, err = capsys.readouterr()
+    assert "2 point(s)" in out and "sweep p.json" in err and "point 2/2" in err
+
+
 def test_a_program_that_does_not_type_check_is_one_line_naming_the_equation_and_exit_2(tmp_path, capsys):
     program = capture(_layer, *ARGS)
     dot = next(i for i, e in enumerate(program["eqns"]) if e["op"] == "dot_general")
