@@ -24,6 +24,7 @@ from service.http.api_models import (HardwareSummary, OptimizeRequest, SweepRequ
                                      resolve_hardware)
 from service.http.auth import require_token
 from service.http.cache import ResultCache
+from service.http.debug_routes import add_debug_routes
 from service.http.job_routes import add_job_routes
 from service.http.optimize_request import prepare, program_within_limits, run
 from service.http.report_routes import add_report_routes
@@ -166,6 +167,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     _add_routes(app)
     add_job_routes(app, settings)
     add_report_routes(app)
+    add_debug_routes(app, settings)
     return app
 
 

@@ -145,6 +145,9 @@ class OptimizeResponse(_Open):
     estimate: Estimates = Field(description="estimates against the naive and baseline programs")
     validation: Validation = Field(description="the numerical check of the returned program against the one sent")
     report: Report = Field(description="what the search did")
+    provenance: dict[str, str] = Field(default_factory=dict, description=(
+        "optimized value -> the original value in its e-class (what it stands for, as the e-graph records it "
+        "through ingest and extraction); empty when the program returned is not the search's own"))
     cache: Literal["hit", "miss"] = Field(description="whether the answer came from the result cache")
 
 
