@@ -80,6 +80,8 @@ class EClass:
     dtype: str = ""
     nodes: list[ENode] = field(default_factory=list)
     origins: dict[int, int] = field(default_factory=dict)  # ingested program -> its first equation in the class
+    # the first ingested program's (equation, output) values in the class, first first: what it stands for
+    original_values: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def origin(self) -> int | None:
@@ -105,7 +107,7 @@ class EGraphView:
         return cls(classes, roots)
 
 
-_EQUATION_LET = re.compile(r"\$(?:a(\d+))?e(\d+)_\d+")
+_EQUATION_LET = re.compile(r"\$(?:a(\d+))?e(\d+)_(\d+)")
 
 
 def _primitive(op: str, type_name: str):
@@ -204,4 +206,7 @@ def view_egraph(egraph: EGraph) -> EGraphView:
         for match in _EQUATION_LET.finditer(data["class_data"][cid].get("let", "")):
             program, eqn = int(match[1] or 0), int(match[2])
             cls.origins[program] = min(eqn, cls.origins.get(program, eqn))
+            if program == 0:
+                cls.original_values.append((eqn, int(match[3])))
+        cls.original_values.sort()
     return EGraphView(classes, [roots[i] for i in range(len(roots))])

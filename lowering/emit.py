@@ -28,6 +28,8 @@ class ExtractionCycle(ValueError):
 class EmittedProgram:
     program: dict[str, Any]
     groups: list[list[int]]  # per chosen node, in emission order: the indices of its equations
+    # emitted value -> the original's value in its e-class (what it stands for: the e-graph's claim)
+    provenance: dict[str, str]
 
 
 def wire_literal(bits: int, dtype: str) -> dict[str, Any]:
@@ -53,9 +55,15 @@ def emit_program(view: EGraphView, choice: dict[str, ENode], table: ParamsTable,
     groups: list[list[int]] = []
     opaque_outs: dict[tuple, list[str]] = {}
 
+    provenance: dict[str, str] = {}
+
     def out_spec(cid: str) -> dict[str, Any]:
         cls = view.classes[cid]
-        return {"name": f"t{len(eqns)}_{cid.rsplit('-', 1)[-1]}", "shape": list(cls.shape), "dtype": cls.dtype}
+        name = f"t{len(eqns)}_{cid.rsplit('-', 1)[-1]}"
+        if cls.original_values:
+            eqn, out = cls.original_values[0]
+            provenance[name] = original["eqns"][eqn]["out"][out]["name"]
+        return {"name": name, "shape": list(cls.shape), "dtype": cls.dtype}
 
     def emit_op(node: ENode | BodyNode, ins: list[Any]) -> str:
         """Equations computing one op (an idiom expands to several); returns the output name."""
@@ -118,7 +126,7 @@ def emit_program(view: EGraphView, choice: dict[str, ENode], table: ParamsTable,
             groups.append(list(range(first, len(eqns))))
     program = {"format": original["format"], "inputs": original["inputs"], "consts": original.get("consts", []),
                "eqns": eqns, "outputs": [names[r] for r in view.roots]}
-    return EmittedProgram(program, groups)
+    return EmittedProgram(program, groups, provenance)
 
 
 def without_unused_consts(program: dict[str, Any]) -> dict[str, Any]:

@@ -62,8 +62,10 @@ class Kernel:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Kernel:
         """A kernel as a response reports it (estimates are not needed to run it)."""
+        estimate = data.get("estimate")
         return cls(data["id"], data["kind"], list(data["eqns"]), list(data["ops"]), list(data["inputs"]),
-                   list(data["outputs"]), dict(data["tiling"]), list(data.get("buffers", [])))
+                   list(data["outputs"]), dict(data["tiling"]), list(data.get("buffers", [])),
+                   Estimate(**{k: estimate[k] for k in Estimate.__dataclass_fields__}) if estimate else None)
 
 
 @dataclass
@@ -72,6 +74,14 @@ class KernelProgram:
     precompute: list[Kernel]  # weight-only work, run once
     total: Estimate
     precompute_total: Estimate
+
+    @classmethod
+    def from_response(cls, response: dict[str, Any]) -> KernelProgram:
+        """The kernel program a response reports (`kernels`, `precompute_kernels` and their totals)."""
+        kernels = [Kernel.from_dict(k) for k in response["kernels"]]
+        precompute = [Kernel.from_dict(k) for k in response.get("precompute_kernels", [])]
+        return cls(kernels, precompute, sum_estimates([k.estimate for k in kernels]),
+                   sum_estimates([k.estimate for k in precompute]))
 
 
 def avals_of(program: dict[str, Any]) -> dict[str, Aval]:

@@ -1,9 +1,12 @@
 """A human-readable listing of a KernelProgram: one block per kernel (what it reads, what it
-computes, its tiling, its estimate). Deterministic, so golden tests can pin it."""
+computes, its tiling, its estimate), and, to explain a result, the rewrites that shaped each kernel.
+Deterministic, so golden tests can pin it."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from lowering.kernel_provenance import kernel_origin, rule_patterns, stands_for
 from lowering.kernels import Kernel, KernelProgram
 
 
@@ -16,7 +19,7 @@ def _buffer(b: dict[str, Any]) -> str:
     return f"{b['name']}: {b['dtype']}[{shape}] @{b['level']}"
 
 
-def _block(kernel: Kernel, label: str) -> list[str]:
+def _block(kernel: Kernel, label: str, notes: list[str] = ()) -> list[str]:
     est = kernel.estimate
     lines = [f"{label} {kernel.id} {kernel.kind}  {_us(est.time_s)}  bound={est.bound}  "
              f"hbm={int(est.hbm_bytes)} B  flops={int(est.flops)}  energy={est.energy_j:.3e} J"]
@@ -27,19 +30,36 @@ def _block(kernel: Kernel, label: str) -> list[str]:
     lines.append(f"  {'computes':13s} " + " -> ".join(kernel.ops))
     if kernel.tiling:
         lines.append(f"  {'tiling':13s} " + ", ".join(f"{k}={v}" for k, v in kernel.tiling.items()))
-    return lines
+    return lines + [f"  {note}" for note in notes]
 
 
-def kernel_listing(program: KernelProgram, hardware: str) -> str:
-    """The listing: per-call kernels in execution order, then the weight-only precompute."""
+def kernel_listing(program: KernelProgram, hardware: str,
+                   notes: Mapping[tuple[bool, int], list[str]] | None = None) -> str:
+    """The listing: per-call kernels in execution order, then the weight-only precompute; `notes`
+    adds lines to a kernel's block, by (precompute?, kernel id)."""
+    notes = notes or {}
     total = program.total
     lines = [f"# kernel program on {hardware}: {len(program.kernels)} kernels per call, "
              f"{_us(total.time_s)}, hbm={int(total.hbm_bytes)} B, energy={total.energy_j:.3e} J"]
     for kernel in program.kernels:
-        lines += _block(kernel, "kernel")
+        lines += _block(kernel, "kernel", notes.get((False, kernel.id), []))
     if program.precompute:
         lines.append(f"# precompute (once per weight set): {len(program.precompute)} kernels, "
                      f"{_us(program.precompute_total.time_s)}")
         for kernel in program.precompute:
-            lines += _block(kernel, "precompute")
+            lines += _block(kernel, "precompute", notes.get((True, kernel.id), []))
     return "\n".join(lines) + "\n"
+
+
+def explained_listing(original: dict[str, Any], response: dict[str, Any]) -> str:
+    """The listing of an optimize `response` with, per kernel, the rewrites that shaped it: the fired
+    rules whose patterns mention its ops or the ops of the `original` equations it replaces."""
+    mapping, patterns = stands_for(original, response["program"], response.get("provenance")), rule_patterns()
+    notes = {}
+    for precompute, kernels in ((False, response["kernels"]), (True, response.get("precompute_kernels", []))):
+        for kernel in kernels:
+            origin = kernel_origin(original, kernel, mapping, response["report"]["rewrites"], patterns)
+            shaped = ", ".join(origin["rewrites"]) or ("none of the fired rules mentions its ops" if origin["changed"]
+                                                       else "none: it computes the original as written")
+            notes[(precompute, kernel["id"])] = [f"{'rewrites':13s} {shaped}"]
+    return kernel_listing(KernelProgram.from_response(response), response["estimate"]["hardware"], notes)

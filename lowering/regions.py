@@ -85,6 +85,7 @@ class RegionPlan:
     share: float  # of the optimized program's equations that regions run
     numbered: _Numbered | None = None  # the optimized program's
     original_numbered: _Numbered | None = None
+    stands_for: dict[str, str] = field(default_factory=dict)  # optimized value -> the original value it must equal
 
 
 class _NoPlan(Exception):
@@ -196,7 +197,8 @@ def find_regions(original: dict[str, Any], optimized: dict[str, Any]) -> RegionP
                                       and a not in p_num.consts))
         regions.append(Region(order, group_roots, [(p, source(p)) for p in boundary]))
     share = sum(len(r.eqns) for r in regions) / max(len(optimized["eqns"]), 1)
-    return RegionPlan(regions, share, p_num, o_num)
+    identical = {p: o_num.by_key[key] for p, key in p_num.key.items() if key in o_keys}
+    return RegionPlan(regions, share, p_num, o_num, {**partner, **identical})
 
 
 def cone(program: dict[str, Any], outputs: list[str], fed: list[str] = (),

@@ -1,12 +1,21 @@
 """Named rules with their fp mode, grouped into families, and the rulesets built from them."""
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
 from egglog import RewriteOrRule, Ruleset, ruleset
 
 FpMode = Literal["exact", "real"]
+# Term constructors named otherwise than the primitive they stand for (rewrites/ingest.py's encoders).
+_CONSTRUCTOR_PRIMITIVES = {"dot": "dot_general", "select": "select_n", "concat": "concatenate",
+                           "broadcast": "broadcast_in_dim", "conv": "conv_general_dilated",
+                           "convert": "convert_element_type"}
+_OP_STRING = re.compile(r'(?:Term|Body)\.(?:unary|binary|reduce)\(\s*"(\w+)"')
+_CONSTRUCTOR = re.compile(r"(?:Term|Body)\.(\w+)\(")
+_NOT_OPS = {"unary", "binary", "reduce", "lit", "flit", "var", "kernel", "kernel_tee", "tee_out", "opaque", "arg"}
 
 
 @dataclass(frozen=True)
@@ -46,3 +55,15 @@ class Family:
 def rule_names_by_decl(families: list[Family]) -> dict[object, str]:
     """egglog reports matches per rule declaration; this maps them back to rule names."""
     return {r.rule.decl: r.name for f in families for r in f.rules}
+
+
+def pattern_ops(rules: Iterable[NamedRule]) -> dict[str, frozenset[str]]:
+    """Per rule name, the primitives its patterns mention (either side), as the wire names them:
+    which kernels a rule can have shaped."""
+    ops: dict[str, set[str]] = {}
+    for r in rules:
+        text = str(r.rule)
+        found = set(_OP_STRING.findall(text))
+        found |= {_CONSTRUCTOR_PRIMITIVES.get(c, c) for c in _CONSTRUCTOR.findall(text) if c not in _NOT_OPS}
+        ops.setdefault(r.name, set()).update(found)
+    return {name: frozenset(found) for name, found in ops.items()}

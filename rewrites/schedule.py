@@ -5,12 +5,14 @@ the budgets are checked between iterations; the hard deadline belongs to the wor
 """
 from __future__ import annotations
 
+import hashlib
 import time
-from typing import Callable
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Callable
 
-from egglog import EGraph, Ruleset, back_off, run, ruleset
+from egglog import EGraph, Ruleset, back_off, ruleset, run
 
 from rewrites.algebra import ALGEBRA
 from rewrites.fusion import FUSION, MAX_BODY_OPS
@@ -18,12 +20,13 @@ from rewrites.idioms import IDIOMS
 from rewrites.layout import LAYOUT
 from rewrites.matmul import MATMUL
 from rewrites.merge import MERGE
-from rewrites.registry import FpMode, rule_names_by_decl
+from rewrites.registry import FpMode, NamedRule, rule_names_by_decl
 
 SINGLE_PATTERN = [ALGEBRA, LAYOUT, MATMUL, IDIOMS]
 MULTI_PATTERN = [MERGE]  # merges run a bounded number of rounds: they feed on their own output
 ALL_FAMILIES = [*SINGLE_PATTERN, *MULTI_PATTERN]  # the algebra; fusion runs as its own stage
 _RULE_NAMES = rule_names_by_decl([*ALL_FAMILIES, FUSION])
+ALGEBRA_RULE_NAMES = frozenset(r.name for f in ALL_FAMILIES for r in f.rules)  # what a request may exclude
 
 
 AfterStep = Callable[["SaturationReport"], None]
@@ -60,22 +63,28 @@ class Schedule:
     bounded: Ruleset
     throttled: Ruleset | None = None
     fusion: Ruleset | None = None
+    rule_names: dict[object, str] = field(default_factory=lambda: _RULE_NAMES)  # egglog rule -> rule name
 
 
-def _schedule(fp_mode: FpMode, without: frozenset[str] = frozenset(), label: str = "") -> Schedule:
-    def combined(families, kind, throttled):
-        return ruleset(*(r.rule for f in families for r in f.rules
-                         if r.allowed_in(fp_mode) and r.throttled == throttled
+def _schedule(fp_mode: FpMode, without: frozenset[str] = frozenset(), label: str = "",
+              extra: Sequence[NamedRule] = ()) -> Schedule:
+    """`extra` rules run every iteration beside the single-pattern families (under back_off when
+    throttled); rules named in `without` do not run."""
+    def combined(rules, kind, throttled):
+        return ruleset(*(r.rule for r in rules if r.allowed_in(fp_mode) and r.throttled == throttled
                          and r.name not in without), name=f"{kind}-{fp_mode}{label}")
-    return Schedule(fp_mode + label, combined(SINGLE_PATTERN, "single", False),
-                    combined(MULTI_PATTERN, "multi", False), combined(SINGLE_PATTERN, "ac", True))
+    single = [*(r for f in SINGLE_PATTERN for r in f.rules), *extra]
+    return Schedule(fp_mode + label, combined(single, "single", False),
+                    combined([r for f in MULTI_PATTERN for r in f.rules], "multi", False),
+                    combined(single, "ac", True), rule_names={**_RULE_NAMES, **{r.rule.decl: r.name for r in extra}})
 
 
 SCHEDULES: dict[FpMode, Schedule] = {"exact": _schedule("exact"), "real": _schedule("real")}
 # For a program whose every plain matmul lies in a chain the matrix-chain dynamic program ordered
 # (rewrites/chain_order.py): its orders are the cheapest under every price extraction uses, so
 # reassociating by rewrites would only enumerate dearer ones (a Catalan number of them).
-CHAINS_ORDERED = _schedule("real", frozenset({"matmul-assoc-right", "matmul-assoc-left"}), "-chains-ordered")
+ORDERED_CHAIN_RULES = frozenset({"matmul-assoc-right", "matmul-assoc-left"})
+CHAINS_ORDERED = _schedule("real", ORDERED_CHAIN_RULES, "-chains-ordered")
 NO_RULES = Schedule("none", ruleset(name="none-a"), ruleset(name="none-b"))
 # Kernel boundaries for given programs (the original and the algebraic optimum): fusion
 # enumerates kernels per algebraic alternative, which multiplies (a transformer layer's saturated
@@ -84,14 +93,28 @@ FUSION_ONLY = Schedule("fusion-only", ruleset(name="fusion-only-a"), ruleset(nam
                        fusion=FUSION.ruleset("exact"))
 
 
+def schedule_for(fp_mode: FpMode, without: frozenset[str] = frozenset(), extra: Sequence[NamedRule] = (),
+                 chains_ordered: bool = False) -> Schedule:
+    """The algebra's schedule for `fp_mode` without the rules named in `without` and with `extra`
+    ones (a rule bisection's configurations; a test's own rules): the shared constants when
+    neither is given. Each other selection gets rulesets named after it (one e-graph never holds
+    two rulesets of one name)."""
+    if chains_ordered:
+        without = without | ORDERED_CHAIN_RULES
+    if not extra and without == (ORDERED_CHAIN_RULES if chains_ordered else frozenset()):
+        return CHAINS_ORDERED if chains_ordered else SCHEDULES[fp_mode]
+    selection = hashlib.blake2b(repr((sorted(without), [r.name for r in extra])).encode(), digest_size=6).hexdigest()
+    return _schedule(fp_mode, frozenset(without), f"-{selection}", extra)
+
+
 def term_enodes(egraph: EGraph) -> int:
     """E-nodes of the term language (analysis tables do not count against the budget)."""
     return sum(size for fn, size in egraph.all_function_sizes() if str(fn).startswith("Term."))
 
 
-def _record(result, fired: Counter) -> None:
+def _record(result, fired: Counter, names: dict[object, str] = _RULE_NAMES) -> None:
     for decl, matches in result.num_matches_per_rule.items():
-        fired[_RULE_NAMES.get(decl, "unnamed")] += matches
+        fired[names.get(decl, "unnamed")] += matches
 
 
 def _fuse(egraph: EGraph, fusion: Ruleset, budget: Budget, start: float, report: SaturationReport,
@@ -147,7 +170,7 @@ def saturate(egraph: EGraph, schedule: Schedule, budget: Budget,
         for step in steps:
             result = egraph.run(step)
             changed |= result.updated
-            _record(result, fired)
+            _record(result, fired, schedule.rule_names)
         report.iterations = iteration + 1
         report.enodes = term_enodes(egraph)
         after_step(report)

@@ -1,18 +1,33 @@
 """The `optu` console script: serve the API, run queue workers, optimize a wire-program file, validate one program
-against another, sweep hardware parameters, calibrate the cpu-host profile, list hardware profiles."""
+against another, debug an optimized program kernel by kernel, sweep hardware parameters, calibrate the cpu-host
+profile, list hardware profiles."""
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import httpx
 from pydantic import ValidationError
 
+from service.cli_debug import add_debug_command
 from service.client import OptimizeError, optimize_program, validate_programs
 from service.http.settings import Settings, get_settings
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+EXIT_CODES_HELP = """exit codes (every command but `validate`, whose codes its own help gives):
+  0  done (`debug`: every kernel agrees with the original within tolerance)
+  1  the work failed: the server or the optimizer answered an error, or could not be reached
+     (`debug`: a kernel diverges, or --bisect-rules found rules that make validation fail)
+  2  bad input: an unreadable file or invalid JSON, a program that does not type-check, an invalid
+     option or field, programs whose signatures differ (`debug`), or bad command-line usage
+
+Errors print one line on stderr naming the equation or field. On a terminal, optimize, sweep and
+calibrate show live progress on stderr (stage, e-graph size, best estimate so far, elapsed); with
+--json they print only the JSON result on stdout."""
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -75,26 +90,39 @@ def _summary(response: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _live(args: argparse.Namespace) -> bool:
+    """Live progress only for a person watching: on a terminal, and never with --json."""
+    return not args.json and sys.stderr.isatty()
+
+
+@contextmanager
+def _progress(args: argparse.Namespace, label: str) -> Iterator[Callable[[dict[str, Any]], None] | None]:
+    """A listener showing progress live on stderr (service/cli_progress.py), or None when not `_live`."""
+    if not _live(args):
+        yield None
+        return
+    from service.cli_progress import live_progress
+
+    with live_progress(label) as listener:
+        yield listener
+
+
 def _optimize(args: argparse.Namespace) -> int:
     request = _load_request(args.file)
     hardware = args.hardware or request.get("hardware")
-    response = optimize_program(request["program"], server=args.server, hardware=hardware,
-                                options=request.get("options"), progress=_show_progress if args.server else None)
+    with _progress(args, f"optimize {Path(args.file).name}") as progress:
+        response = optimize_program(request["program"], server=args.server, hardware=hardware,
+                                    options=request.get("options"), progress=progress)
     if args.listing:
         print(response["listing"], end="")
     else:
         print(json.dumps(response, indent=2) if args.json else _summary(response))
-    return 0
+    if args.report:
+        from service.report import render_report  # only this option needs the charting libraries loaded
 
-
-def _show_progress(status: dict) -> None:
-    """One line on stderr per change of a server job's status (stdout stays the result)."""
-    p = status["progress"]
-    facts = [f"{status['state']}", p["stage"] or "",
-             f"{p['egraph_nodes']} e-nodes" if p["egraph_nodes"] is not None else "",
-             f"best {p['best_estimate_s'] * 1e6:.3f} us" if p["best_estimate_s"] is not None else "",
-             f"{p['elapsed_s']:.1f} s"]
-    print("job " + status["id"][:12] + ": " + ", ".join(f for f in facts if f), file=sys.stderr)
+        Path(args.report).write_text(render_report(response), encoding="utf-8")
+        print(f"report written to {args.report}", file=sys.stderr)
+    return EXIT_OK
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -104,7 +132,7 @@ def _validate(args: argparse.Namespace) -> int:
         original, candidate = (_load_request(path)["program"] for path in (args.original, args.candidate))
         verdict = validate_programs(original, candidate, server=args.server, fp_mode=args.fp_mode, seed=args.seed)
     except (OptimizeError, OSError, ValueError) as exc:  # 1 and 2 are verdicts: a usage error is neither
-        print(f"optu: {exc}", file=sys.stderr)
+        print(f"optu: {error_line(exc)}", file=sys.stderr)
         return 3
     if args.json:
         print(json.dumps(verdict, indent=2))
@@ -112,6 +140,22 @@ def _validate(args: argparse.Namespace) -> int:
         print(f"{verdict['status']}: {verdict['reason']} (max rel error {verdict['max_rel_error']:.3g}, "
               f"{verdict['trials']} trials)")
     return EXIT_CODES[verdict["status"]]
+
+
+def error_line(exc: BaseException) -> str:
+    """One line naming what is wrong: the equation and field of a program that does not type-check,
+    the field of an invalid option, else the error's own message."""
+    detail = exc.detail if isinstance(exc, OptimizeError) else None
+    if isinstance(detail, dict) and "message" in detail:
+        where = [f"eqn {detail['eqn']}" if detail.get("eqn") is not None else "", detail.get("field") or ""]
+        return ", ".join(w for w in where if w) + ": " + detail["message"] if any(where) else detail["message"]
+    if isinstance(detail, list) and detail and isinstance(detail[0], dict) and "loc" in detail[0]:
+        return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in detail)
+    if isinstance(exc, json.JSONDecodeError):
+        return f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+    if isinstance(exc, OSError) and exc.filename:
+        return f"{exc.filename}: {exc.strerror}"
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 def _number(text: str) -> int | float:
@@ -160,25 +204,44 @@ def _sweep(args: argparse.Namespace) -> int:
         raise ValueError("--param: each field may be given once")
     body = {"program": request["program"], "hardware": args.hardware or request.get("hardware"),
             "options": request.get("options"), "params": params}
-    if args.server:
-        reply = httpx.post(args.server.rstrip("/") + "/v1/sweep", json=body, timeout=600)
-        if reply.status_code != 200:
-            print(f"optu: sweep failed ({reply.status_code}): {reply.text}", file=sys.stderr)
-            return 1
-        result = reply.json()
-    else:
-        from service.optimizer.sweep import sweep
+    with _progress(args, f"sweep {Path(args.file).name}") as progress:
+        if args.server:  # one request: the live line shows the elapsed time only
+            reply = httpx.post(args.server.rstrip("/") + "/v1/sweep", json=body, timeout=600)
+            if reply.status_code != 200:
+                detail = reply.json().get("detail") if "json" in reply.headers.get("content-type", "") else reply.text
+                raise OptimizeError(f"sweep failed ({reply.status_code}): {detail}", status=reply.status_code,
+                                    detail=detail)
+            result = reply.json()
+        else:
+            from service.optimizer.progress import listening
+            from service.optimizer.sweep import SweepError, sweep
 
-        result = sweep(body["program"], body["hardware"], params, body["options"])
+            try:
+                with listening(progress):
+                    result = sweep(body["program"], body["hardware"], params, body["options"])
+            except SweepError as exc:
+                raise OptimizeError(str(exc), status=422, detail={"field": exc.field, "message": str(exc)}) from None
     print(json.dumps(result, indent=2) if args.json else sweep_table(result))
-    return 0
+    return EXIT_OK
 
 
 def _calibrate(args: argparse.Namespace) -> int:
     from costmodel.calibrate import calibrate, write_cpu_host_profile
+    from service.optimizer.progress import listening, report
 
-    measured = calibrate(args.seconds)
-    path = write_cpu_host_profile(measured, *([args.output] if args.output else []))
+    with _progress(args, "calibrate") as progress, listening(progress):
+        report(stage=f"measuring this CPU ({args.seconds:g} s budget)")
+        measured = calibrate(args.seconds)
+        path = write_cpu_host_profile(measured, *([args.output] if args.output else []))
+        if args.check_models:
+            from bench.calibration import check_kernels
+
+            report(stage=f"timing the kernels of {', '.join(args.check_models)}")
+            checked = check_kernels(args.check_models, str(path), passes=4, budget_per_kernel_s=args.check_seconds)
+    if args.json:
+        print(json.dumps({"measured": measured, "profile": str(path),
+                          "checked": checked if args.check_models else None}, indent=2))
+        return EXIT_OK
     print(f"matmul        {measured['matmul']['flops_per_s'] / 1e9:.2f} GFLOP/s\n"
           f"vector        {measured['vector']['flops_per_s'] / 1e9:.2f} GFLOP/s, "
           f"{measured['vector']['sram_bw_bytes_per_s'] / 1e9:.2f} GB/s cached\n"
@@ -186,15 +249,12 @@ def _calibrate(args: argparse.Namespace) -> int:
           f"per call      {measured['overhead']['launch_overhead_s'] * 1e6:.2f} us\n"
           f"wrote         {path}")
     if args.check_models:
-        from bench.calibration import check_kernels
-
-        checked = check_kernels(args.check_models, str(path), passes=4, budget_per_kernel_s=args.check_seconds)
         for kind, what in (("baseline", "baseline kernels"), ("optimized", "optimized kernels")):
             k = checked[kind]
             print(f"{what:<18}{k['kernels']} of {', '.join(args.check_models)}: Spearman {k['spearman']:.3f}, "
                   f"estimate/measured median {k['median_ratio_estimate_over_measured']:.2f} "
                   f"(p10 {k['ratio_p10']:.2f}, p90 {k['ratio_p90']:.2f})")
-    return 0
+    return EXIT_OK
 
 
 def _hardware(args: argparse.Namespace) -> int:
@@ -216,7 +276,8 @@ CALIBRATION_CHECK_MODELS = ("transformer_layer", "rnn_unrolled", "matmul_chain",
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="optu", description=__doc__)
+    parser = argparse.ArgumentParser(prog="optu", description=__doc__, epilog=EXIT_CODES_HELP,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the HTTP API (uvicorn)")
@@ -228,13 +289,15 @@ def build_parser() -> argparse.ArgumentParser:
     work.add_argument("--name", help="this worker's name (default: optu-RANDOM@HOST)")
     work.set_defaults(run=_worker)
 
-    opt = commands.add_parser("optimize", help="optimize a wire program (or request body) file")
+    opt = commands.add_parser("optimize", help="optimize a wire program (or request body) file",
+                              epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     opt.add_argument("file", metavar="FILE.json|FILE.pt2", help="a wire program, a request body, or a saved "
                      "torch ExportedProgram")
     opt.add_argument("--hardware", metavar="NAME", help="profile name (default: the file's, else the default)")
     opt.add_argument("--server", metavar="URL", help="POST to this server instead of running in-process")
-    opt.add_argument("--json", action="store_true", help="print the whole response")
+    opt.add_argument("--json", action="store_true", help="print the whole response, no progress")
     opt.add_argument("--listing", action="store_true", help="print the kernel program listing")
+    opt.add_argument("--report", metavar="OUT.html", help="also write the result's HTML report (self-contained) here")
     opt.set_defaults(run=_optimize)
 
     sw = commands.add_parser("sweep", help="optimize a program over a grid of hardware parameters")
@@ -243,7 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a dotted profile field and its values, e.g. gemm.rows=64,128,256; at most twice")
     sw.add_argument("--hardware", metavar="NAME", help="base profile (default: the file's, else the default)")
     sw.add_argument("--server", metavar="URL", help="POST to this server's /v1/sweep instead of running in-process")
-    sw.add_argument("--json", action="store_true", help="print the whole result")
+    sw.add_argument("--json", action="store_true", help="print the whole result, no progress")
     sw.set_defaults(run=_sweep)
 
     val = commands.add_parser("validate", help="check that CANDIDATE computes what ORIGINAL does "
@@ -257,6 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
     val.add_argument("--json", action="store_true", help="print the whole verdict")
     val.set_defaults(run=_validate)
 
+    add_debug_command(commands, EXIT_CODES_HELP, _load_request)
+
     cal = commands.add_parser("calibrate", help="measure this CPU with JAX and write the cpu-host profile")
     cal.add_argument("--seconds", type=float, default=20, help="measurement budget, compile time excluded")
     cal.add_argument("--output", metavar="PATH", help="default: costmodel/profiles/cpu-host.toml")
@@ -264,6 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="zoo models whose kernels (as written in the baseline's groups, and as optimized) are "
                           "timed against the new profile's estimates: rank correlation and scale; none: skip")
     cal.add_argument("--check-seconds", type=float, default=0.2, help="timing budget per checked kernel")
+    cal.add_argument("--json", action="store_true", help="print the measurements and checks as JSON, no progress")
     cal.set_defaults(run=_calibrate)
 
     hw = commands.add_parser("hardware", help="list hardware profiles")
@@ -276,19 +342,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except OptimizeError as exc:
-        print(f"optu: {exc}", file=sys.stderr)
-        return 1
+    except OptimizeError as exc:  # the client's mistake (a 4xx) is bad input; anything else, the work failed
+        print(f"optu: {error_line(exc)}", file=sys.stderr)
+        return EXIT_BAD_INPUT if exc.status is not None and 400 <= exc.status < 500 else EXIT_FAILED
     except ValidationError as exc:
         if exc.title != Settings.__name__:
             raise
         # a bad OPTU_* variable: one line naming it, and a non-zero exit (not a restart loop)
         print("optu: " + "; ".join(f"invalid setting OPTU_{str(e['loc'][0]).upper()}={e['input']!r}: {e['msg']}"
                                    for e in exc.errors()), file=sys.stderr)
-        return 2
-    except (OSError, ValueError, httpx.HTTPError) as exc:
+        return EXIT_BAD_INPUT
+    except (OSError, ValueError) as exc:  # an unreadable file, invalid JSON, a bad argument
+        print(f"optu: {error_line(exc)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except httpx.HTTPError as exc:
         print(f"optu: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
 
 
 if __name__ == "__main__":

@@ -3,13 +3,15 @@ optimizes once per input signature, in-process or through a server."""
 from __future__ import annotations
 
 import functools
+import html
 import json
+import sys
 import threading
 import time
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Iterator, Sequence
+from typing import Any, Callable, Hashable, Iterator, Sequence, TextIO
 
 import httpx
 import jax
@@ -18,6 +20,7 @@ from lowering.precompute import PrecomputedProgram
 from service import torch_client
 from service.http.api_models import count_equations, error_status, resolve_hardware
 from service.http.settings import get_settings, request_options
+from service.optimizer.progress import listening
 from service.optimizer.response import OptimizeResponse
 from wire.capture import capture, capture_with_trees
 from wire.execute import program_to_callable
@@ -52,6 +55,7 @@ class OptimizeResult:
     response: dict[str, Any]
     fn: Callable[..., Any] = field(repr=False)
     precomputed: PrecomputedProgram | None = field(default=None, repr=False)
+    original: dict[str, Any] | None = field(default=None, repr=False)  # the captured program that was optimized
 
     @property
     def program(self) -> dict[str, Any]:
@@ -73,6 +77,24 @@ class OptimizeResult:
     def report(self) -> dict[str, Any]:
         return self.response["report"]
 
+    def report_html(self) -> str:
+        """The result's HTML report: one self-contained page (save it, or open it offline)."""
+        from service.report import render_report  # the charting libraries load only when a report is asked for
+
+        return render_report(self.response)
+
+    def _repr_html_(self) -> str:
+        # Jupyter shows this inline; a sandboxed frame keeps the report's styles and scripts its own.
+        return (f'<iframe srcdoc="{html.escape(self.report_html(), quote=True)}" sandbox="allow-scripts" '
+                'style="width: 100%; height: 900px; border: 1px solid #ddd"></iframe>')
+
+    def explain(self, file: TextIO | None = None) -> None:
+        """Print the kernel listing with each kernel's estimate and the rewrites that shaped it (the
+        fired rules whose patterns mention its ops or the original ops it replaces)."""
+        from lowering.listing import explained_listing  # imports the rule families: only when asked
+
+        print(explained_listing(self.original, self.response), end="", file=file or sys.stdout)
+
 
 def optimize_program(program: dict[str, Any], *, server: str | None = None,
                      hardware: str | dict | None = DEFAULT_HARDWARE, timeout: float = 120,
@@ -80,7 +102,9 @@ def optimize_program(program: dict[str, Any], *, server: str | None = None,
                      progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """The /v1/optimize response for a wire program: from `server`, or run in-process. A server is
     sent a job (submitted, then polled, `progress` called with each new status) when `progress` is
-    given or the program has JOB_MIN_EQUATIONS equations or more; a small one is POSTed at once."""
+    given or the program has JOB_MIN_EQUATIONS equations or more; a small one is POSTed at once.
+    In-process, `progress` is called with each of the pipeline's own reports (stage, egraph_nodes,
+    best_estimate_s: service/optimizer/progress.py)."""
     body = {"program": program, "hardware": hardware, "options": options or None}
     if server is not None:
         if progress is not None or count_equations(program) >= JOB_MIN_EQUATIONS:
@@ -96,7 +120,7 @@ def optimize_program(program: dict[str, Any], *, server: str | None = None,
         detail = {"eqn": None, "field": "program.eqns", "message": f"program has {n_eqns} "
                   f"equations; the limit is {settings.max_equations} (OPTU_MAX_EQUATIONS)"}
         raise OptimizeError(f"optimize failed (422): {detail}", status=422, detail=detail)
-    with _client_errors("optimize"):
+    with _client_errors("optimize"), listening(progress):
         resolved = resolve_hardware(body["hardware"], settings.default_hardware)
         raw = pipeline.optimize(body["program"], resolved, request_options(body["options"], settings))
     # The same serialisation the server applies to its response model (non-finite floats -> null).
@@ -113,6 +137,25 @@ def validate_programs(original: dict[str, Any], candidate: dict[str, Any], *, se
 
     with _client_errors("validate"):
         return translation_validation.validate_programs(original, candidate, fp_mode, seed)
+
+
+def debug_programs(original: dict[str, Any], optimized: dict[str, Any], *, kernels: list[dict[str, Any]] | None = None,
+                   rewrites: dict[str, int] | None = None, provenance: dict[str, str] | None = None,
+                   server: str | None = None,
+                   hardware: str | dict | None = None, options: dict[str, Any] | None = None,
+                   bisect_rules: bool = False, seed: int = 0, timeout: float = 600) -> dict[str, Any]:
+    """The /v1/debug report (service/optimizer/debug.py) on `optimized` against `original`: POSTed to
+    `server`, or run in-process; OptimizeError (422) naming the field when their signatures differ."""
+    body = {"original": original, "optimized": optimized, "kernels": kernels, "rewrites": rewrites,
+            "provenance": provenance, "hardware": hardware, "options": options, "bisect_rules": bisect_rules, "seed": seed}
+    if server is not None:
+        return _post(server, body, timeout, "/v1/debug")
+    from service.optimizer import debug  # in-process only, as for optimize
+
+    settings = get_settings()
+    with _client_errors("debug"):
+        return debug.debug(original, optimized, kernels, rewrites, resolve_hardware(hardware, settings.default_hardware),
+                           request_options(options, settings), bisect_rules, seed, provenance=provenance)
 
 
 @contextmanager
@@ -182,7 +225,7 @@ def _answer(reply: httpx.Response, route: str, ok: tuple[int, ...] = (200,)) -> 
     return reply.json()
 
 
-def _result(response: dict[str, Any], in_tree: Any, out_tree: Any) -> OptimizeResult:
+def _result(response: dict[str, Any], in_tree: Any, out_tree: Any, original: dict[str, Any]) -> OptimizeResult:
     """The response with a callable over the pytree arguments `in_tree` describes. Weight-only
     work (weights are constant across calls) runs once per weight set, not on every call."""
     program = response["program"]
@@ -197,7 +240,7 @@ def _result(response: dict[str, Any], in_tree: Any, out_tree: Any) -> OptimizeRe
 
     # with a precomputed part the call stays Python, which is where the weight check runs
     fn = in_declared_precision(program, call if precomputed else jax.jit(call))
-    return OptimizeResult(response=response, fn=fn, precomputed=precomputed)
+    return OptimizeResult(response=response, fn=fn, precomputed=precomputed, original=original)
 
 
 def optimize(fn: Callable[..., Any], *args: Any, server: str | None = None,
@@ -231,8 +274,9 @@ def optimize(fn: Callable[..., Any], *args: Any, server: str | None = None,
             if response["torch_validation"]["status"] == "failed":
                 raise OptimizeError(f"the optimized program disagrees with PyTorch: "
                                     f"{response['torch_validation']['reason']}", detail=response["torch_validation"])
-        return OptimizeResult(response=response, fn=torch_client.TorchFunction(response["program"], captured))
-    return _result(response, in_tree, out_tree)
+        return OptimizeResult(response=response, fn=torch_client.TorchFunction(response["program"], captured),
+                              original=program)
+    return _result(response, in_tree, out_tree, program)
 
 
 class OptimizedFunction:
@@ -325,7 +369,7 @@ def _optimize_split(traced: Callable[..., Any], dyn_args: tuple, dyn_kwargs: dic
         for spec in program["inputs"][starts[i]:starts[i] + sizes[i]]:
             spec["role"] = "weight"
     response = optimize_program(program, server=server, hardware=hardware, options=options)
-    return _result(response, in_tree, out_tree)
+    return _result(response, in_tree, out_tree, program)
 
 
 def jit(fn: Callable[..., Any] | None = None, *, server: str | None = None,

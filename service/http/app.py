@@ -24,8 +24,10 @@ from service.http.api_models import (HardwareSummary, OptimizeRequest, SweepRequ
                                      resolve_hardware)
 from service.http.auth import require_token
 from service.http.cache import ResultCache
+from service.http.debug_routes import add_debug_routes
 from service.http.job_routes import add_job_routes
 from service.http.optimize_request import prepare, program_within_limits, run
+from service.http.report_routes import add_report_routes
 from service.http.settings import Settings, get_settings, request_options
 from service.optimizer.response import OptimizeResponse, SweepResponse
 from service.optimizer.sweep import SweepError, sweep
@@ -164,6 +166,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(Exception, _internal_error)
     _add_routes(app)
     add_job_routes(app, settings)
+    add_report_routes(app)
+    add_debug_routes(app, settings)
     return app
 
 

@@ -5,9 +5,10 @@ have been given anyway.
 
 Storage. Embedded SQLite (WAL, busy timeout, one short connection per operation so threads and
 worker processes share one file) or Redis (`OPTU_CACHE_URL=redis://...`) shared by replicas.
-Each entry is the response's JSON plus its sha256; an entry that does not parse or whose checksum
-does not match is dropped and answered as a miss, so the request is recomputed and stored again.
-A failing cache (disk full, Redis down) degrades to "miss, not stored" and never fails a request.
+A response cut short by its time limit is stored apart (never answered as a hit) so that its
+report can still be fetched. Each entry is the response's JSON plus its sha256; an entry that does
+not parse or whose checksum does not match is dropped and answered as a miss, so the request is
+recomputed and stored again. A failing cache (disk full, Redis down) degrades to "miss, not stored" and never fails a request.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ log = logging.getLogger("optu.cache")
 BUSY_TIMEOUT_S = 10.0  # how long a writer waits for another process's write lock
 REDIS_PREFIX = "optu:result:"
 REDIS_TIMEOUT_S = 2.0
+STOPGAP_PREFIX = "stopgap:"  # a time-limited response: reportable, never served as a hit
 
 
 class CacheObserver(Protocol):
@@ -68,14 +70,20 @@ class ResultCache:
         """Store a freshly computed response; returns it unchanged so a route can `return put(...)`."""
         if self.observer is not None:
             self.observer.optimized(response)
-        if response.get("report", {}).get("egraph", {}).get("stop_reason") == "time_limit":
-            return response  # a deadline's stopgap: a retry with more time should compute afresh
+        # A deadline's stopgap is kept apart from the answers `get` serves, so a retry with more time
+        # computes afresh while the stopgap stays reportable by its id.
+        stopgap = response.get("report", {}).get("egraph", {}).get("stop_reason") == "time_limit"
         try:
             payload = json.dumps(response, sort_keys=True)
-            self._write(key, payload, _checksum(payload))
+            self._write(STOPGAP_PREFIX + key if stopgap else key, payload, _checksum(payload))
         except Exception as exc:  # a result that cannot be cached is still a good answer
             log.warning("cache write failed: %s: %s", type(exc).__name__, exc)
         return response
+
+    def stored(self, key: str) -> dict[str, Any] | None:
+        """Any response this cache holds under `key`, a deadline's stopgap included (for reports:
+        every result the server returned stays reportable by its id); None when there is none."""
+        return self._load(key) or self._load(STOPGAP_PREFIX + key)
 
     def _load(self, key: str) -> dict[str, Any] | None:
         try:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 # What the optimizer uses where a request leaves a limit unset; a server may set its own defaults
 # and caps (service/http/settings.py) and passes the options it resolved.
@@ -24,6 +24,20 @@ class OptimizeOptions(BaseModel):
         "real", description="exact: only rewrites exact in IEEE arithmetic; real: identities of real numbers")
     validate_result: bool = Field(True, alias="validate", description="check optimized vs original numerically")
     rules: bool = Field(True, description="false: round-trip through the e-graph with no rewrites")
+    exclude_rules: list[str] = Field(default_factory=list, description="names of algebraic rules that do not run "
+                                                                       "(as `report.rewrites` names them)")
+
+    @field_validator("exclude_rules")
+    @classmethod
+    def _known_rules(cls, names: list[str]) -> list[str]:
+        if not names:
+            return names
+        from rewrites.schedule import ALGEBRA_RULE_NAMES  # builds the rulesets: only when rules are named
+
+        unknown = sorted(set(names) - ALGEBRA_RULE_NAMES)
+        if unknown:
+            raise ValueError(f"unknown rule(s) {', '.join(unknown)}")
+        return sorted(set(names))
 
     @classmethod
     def coerce(cls, options: OptimizeOptions | dict | None) -> OptimizeOptions:

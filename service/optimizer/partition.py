@@ -161,7 +161,7 @@ def search_pieces(program: dict[str, Any], pieces: list[Piece], search_one: Call
         return replace(combined, candidate=None, cycle=next(s.cycle for s in searches if s.cycle))
     candidate, groups = _stitch(program, pieces, done, lambda s: (s.candidate, s.groups))
     algebraic, _ = _stitch(program, pieces, done, lambda s: (s.algebraic, []))
-    return replace(combined, candidate=candidate, groups=groups, algebraic=algebraic)
+    return replace(combined, candidate=candidate, groups=groups, algebraic=algebraic, provenance={})
 
 
 def _combined_reports(reports: list[SaturationReport]) -> SaturationReport:

@@ -7,6 +7,7 @@ per request.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from contextlib import nullcontext
 from typing import Any
 
@@ -15,6 +16,7 @@ from costmodel.profile import HardwareProfile, resolve_profile
 from lowering.kernels import CONVENTIONAL, NAIVE, POLICIES, KernelProgram, build_kernel_program, lower_bound
 from lowering.listing import kernel_listing
 from lowering.validate import identical, validate, validate_pieces
+from rewrites.registry import NamedRule
 from service.optimizer.background_validation import BackgroundValidation
 from service.optimizer.control_flow import nested_program_count, optimize_nested
 from service.optimizer.loop_hoist import hoist_scan_projections
@@ -36,15 +38,16 @@ def baseline_program(program: dict[str, Any], rules: bool = True) -> tuple[dict[
 
 
 def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | None = None,
-             options: OptimizeOptions | dict | None = None) -> dict[str, Any]:
+             options: OptimizeOptions | dict | None = None, extra_rules: Sequence[NamedRule] = ()) -> dict[str, Any]:
     """Optimize a wire program; raises WireError (a 422) if it does not type-check. Every stage
-    computes in the precision the program declares (64-bit types stay 64-bit)."""
+    computes in the precision the program declares (64-bit types stay 64-bit). `extra_rules` run
+    beside the algebra's own (in-process only; the request id does not name them)."""
     with declared_precision(program):
-        return _optimize(program, hardware, options)
+        return _optimize(program, hardware, options, extra_rules)
 
 
 def _optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | None,
-              options: OptimizeOptions | dict | None) -> dict[str, Any]:
+              options: OptimizeOptions | dict | None, extra_rules: Sequence[NamedRule]) -> dict[str, Any]:
     options = OptimizeOptions.coerce(options).resolved()
     profile = resolve_profile(hardware)
     identity = canonical_request_id(program, profile, options)  # before the loops' share of the time limit is taken
@@ -56,18 +59,19 @@ def _optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | 
         written, moved = baseline_program(program, options.rules)
         if moved:
             notes.append(f"moved {moved} loop-invariant equation(s) out of loop bodies")
-        nested, others, control_flow, remaining = _loops(written, profile, options, notes)
+        nested, others, control_flow, remaining = _loops(written, profile, options, notes, extra_rules)
         options = options.model_copy(update={"time_limit_s": remaining})
     with stage(timings, "partition"):
         pieces = find_pieces(nested) if options.rules else None
     overlap = options.validate_result and pieces is None  # a piecewise search has no early algebraic optimum
     with BackgroundValidation(program, options.fp_mode, timings) if overlap else nullcontext() as early:
         if pieces is None:
-            found = search(nested, profile, options, timings, early, alternatives=[written, *others])
+            found = search(nested, profile, options, timings, early, [written, *others], extra_rules)
         else:  # an encoder's layers: each kind of piece searched once, in a share of the time limit
             share = budget(options).time_limit_s / len({p.signature for p in pieces})
             piece_options = options.model_copy(update={"time_limit_s": share})
-            found = search_pieces(nested, pieces, lambda piece: search(piece, profile, piece_options, timings))
+            found = search_pieces(nested, pieces, lambda piece: search(piece, profile, piece_options, timings,
+                                                                       extra_rules=extra_rules))
         with stage(timings, "lower"):
             naive = build_kernel_program(program, profile, NAIVE)
             baseline = build_kernel_program(written, profile, CONVENTIONAL)
@@ -85,9 +89,13 @@ def _optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | 
                 notes.append("validation failed; returning the original program (rules fired: "
                              + ", ".join(found.saturation.rules_fired) + ")")
                 candidate, lowered = program, build_kernel_program(program, profile, CONVENTIONAL)
-    return _response(identity, profile, candidate, lowered, _estimates(profile, naive, baseline, lowered,
-                                                                       [program, candidate]),
-                     validation, _report(found, fusion_report, timings, notes, control_flow, program, candidate))
+    # the e-graph's record of what each value stands for names the searched program's values: the request's when
+    # no loop was rewritten first
+    provenance = found.provenance if candidate is found.candidate and nested == program else {}
+    return _response(identity, profile, candidate, lowered, baseline,
+                     _estimates(profile, naive, baseline, lowered, [program, candidate]),
+                     validation, _report(found, fusion_report, timings, notes, control_flow, program, candidate),
+                     provenance)
 
 
 def original_response(program: dict[str, Any], hardware: str | dict | HardwareProfile | None,
@@ -105,21 +113,24 @@ def original_response(program: dict[str, Any], hardware: str | dict | HardwarePr
               "equations": {"original": len(program["eqns"]), "optimized": len(program["eqns"])},
               "timings_s": {"fallback": round(time.perf_counter() - start, 6)},
               "notes": [note], "control_flow": None}
-    return _response(canonical_request_id(program, profile, options), profile, program, original,
+    return _response(canonical_request_id(program, profile, options), profile, program, original, baseline,
                      _estimates(profile, naive, baseline, original, [program]), identical(), report)
 
 
 def _response(identity: str, profile: HardwareProfile, program: dict[str, Any], lowered: KernelProgram,
-              estimate: dict[str, Any], validation: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
-    """The response for `program` in `lowered`'s kernels, checked against its model."""
+              baseline: KernelProgram, estimate: dict[str, Any], validation: dict[str, Any],
+              report: dict[str, Any], provenance: dict[str, str] | None = None) -> dict[str, Any]:
+    """The response for `program` in `lowered`'s kernels, checked against its model; the baseline's
+    kernels go with it so a report can draw the program before and after."""
     return typed({"id": identity, "program": program, "kernels": [k.to_dict() for k in lowered.kernels],
             "precompute_kernels": [k.to_dict() for k in lowered.precompute],
+            "baseline_kernels": [k.to_dict() for k in baseline.kernels],
             "listing": kernel_listing(lowered, profile.name), "estimate": estimate, "validation": validation,
-            "report": report, "cache": "miss"})
+            "report": report, "provenance": provenance or {}, "cache": "miss"})
 
 
 def _loops(written: dict[str, Any], profile: HardwareProfile, options: OptimizeOptions,
-           notes: list[str]) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]], float]:
+           notes: list[str], extra_rules: Sequence[NamedRule]) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]], float]:
     """Loop bodies optimized through the whole pipeline, with and without the scans' per-step
     input projections hoisted into one GEMM over every step (real mode), the loops' new invariants
     (a weight concatenated in a body) moved out again; the cheaper under the baseline's policy is
@@ -134,7 +145,7 @@ def _loops(written: dict[str, Any], profile: HardwareProfile, options: OptimizeO
     body_options = options.model_copy(update={"time_limit_s": share})
     done = []
     for variant, count in variants:
-        nested, report = optimize_nested(variant, lambda body: optimize(body, profile, body_options))
+        nested, report = optimize_nested(variant, lambda body: optimize(body, profile, body_options, extra_rules))
         done.append((tidy_loops(nested)[0] if options.rules else nested, count, report))
     best = min(done, key=lambda d: build_kernel_program(d[0], profile).total.time_s)
     if best[1]:

@@ -138,10 +138,16 @@ class OptimizeResponse(_Open):
     program: dict[str, Any] = Field(description=f"the optimized program, {FORMAT}")
     kernels: list[Kernel] = Field(description="per-call kernels, in execution order")
     precompute_kernels: list[Kernel] = Field(description="weight-only kernels, run once per weight set")
+    baseline_kernels: list[Kernel] | None = Field(None, description="the fair baseline's per-call kernels (the "
+                                                  "program as written, conventionally fused; `eqns` index that "
+                                                  "program, not `program`)")
     listing: str = Field(description="human-readable kernel program, one block per kernel")
     estimate: Estimates = Field(description="estimates against the naive and baseline programs")
     validation: Validation = Field(description="the numerical check of the returned program against the one sent")
     report: Report = Field(description="what the search did")
+    provenance: dict[str, str] = Field(default_factory=dict, description=(
+        "optimized value -> the original value in its e-class (what it stands for, as the e-graph records it "
+        "through ingest and extraction); empty when the program returned is not the search's own"))
     cache: Literal["hit", "miss"] = Field(description="whether the answer came from the result cache")
 
 

@@ -23,7 +23,8 @@ from lowering.kernels import POLICIES, build_kernel_program, static_names
 from rewrites.chain_order import orders_every_matmul, seed_chain_orders
 from rewrites.ingest import LoadedProgram, ingest
 from rewrites.kernel_seeds import KernelSeed, seed_kernels
-from rewrites.schedule import CHAINS_ORDERED, FUSION_ONLY, NO_RULES, SCHEDULES, Budget, SaturationReport, saturate
+from rewrites.registry import NamedRule
+from rewrites.schedule import FUSION_ONLY, NO_RULES, Budget, SaturationReport, saturate, schedule_for
 from service.optimizer.background_validation import BackgroundValidation
 from service.optimizer.options import OptimizeOptions
 from service.optimizer.progress import report
@@ -61,6 +62,8 @@ class Search:
     pieces: dict[str, int] = field(default_factory=dict)  # set when searched piecewise
     # when searched piecewise: each distinct piece as written and as searched, which `candidate` stitches
     searched_pieces: list[tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=list)
+    # candidate's value -> the searched program's value in its e-class (lowering/emit.py); empty when stitched
+    provenance: dict[str, str] = field(default_factory=dict)
 
 
 @contextmanager
@@ -86,25 +89,29 @@ def budget(options: OptimizeOptions) -> Budget:
 
 def search(program: dict[str, Any], profile: HardwareProfile, options: OptimizeOptions,
            timings: dict[str, float], validation: BackgroundValidation | None = None,
-           alternatives: Sequence[dict[str, Any]] = ()) -> Search:
+           alternatives: Sequence[dict[str, Any]] = (), extra_rules: Sequence[NamedRule] = ()) -> Search:
     """Search one (type-checked, control-flow-optimized) program; stage times add to `timings`.
     `validation` gets the algebraic optimum as soon as it is known (fusion only regroups it).
     `alternatives` (equivalent programs over the same inputs and consts: the baseline's, other
-    loop variants) join the kernel e-graph, so their kernels are a choice too."""
+    loop variants) join the kernel e-graph, so their kernels are a choice too. `extra_rules` run
+    beside the algebra's own (in-process callers only: rules are not data a request can carry)."""
     with ExitStack() as egraphs:  # each dropped on this thread when the search ends (LoadedProgram.close)
-        return _search(program, profile, options, timings, validation, egraphs, alternatives)
+        return _search(program, profile, options, timings, validation, egraphs, alternatives, extra_rules)
 
 
 def _search(program: dict[str, Any], profile: HardwareProfile, options: OptimizeOptions, timings: dict[str, float],
-            validation: BackgroundValidation | None, egraphs: ExitStack, alternatives: Sequence[dict[str, Any]]) -> Search:
+            validation: BackgroundValidation | None, egraphs: ExitStack, alternatives: Sequence[dict[str, Any]],
+            extra_rules: Sequence[NamedRule]) -> Search:
     with stage(timings, "ingest"):
         loaded = egraphs.enter_context(ingest(program))
     with stage(timings, "saturate"):
-        schedule = SCHEDULES[options.fp_mode] if options.rules else NO_RULES
+        ordered = False
         if options.rules and options.fp_mode == "real":  # matmul associativity: real arithmetic only
             chains = seed_chain_orders(loaded, [partial(price, profile) for price in proxies(profile).values()],
                                        static_names(program, profile.kernel.precompute_weights))
-            schedule = CHAINS_ORDERED if orders_every_matmul(program, chains) else schedule
+            ordered = orders_every_matmul(program, chains)
+        schedule = schedule_for(options.fp_mode, frozenset(options.exclude_rules), extra_rules,
+                                ordered) if options.rules else NO_RULES
         saturation = saturate(loaded.egraph, schedule, budget(options), _progress)
     if validation is not None:
         validation.settle()  # the inputs are drawn by now: collection need not wait through extraction
@@ -145,6 +152,7 @@ def _search(program: dict[str, Any], profile: HardwareProfile, options: Optimize
             emitted = emit_program(kernel_view, extraction.choice, fused.params, program)
             result.candidate = without_unused_consts(emitted.program)  # eqn indices (groups) are unchanged
             result.groups = emitted.groups
+            result.provenance = emitted.provenance
         except ExtractionCycle as err:
             result.cycle = str(err)
     return result

@@ -13,6 +13,7 @@ from costmodel.profile import HardwareProfile, ProfileError, resolve_profile, wi
 from lowering.kernels import avals_of
 from service.optimizer import pipeline
 from service.optimizer.options import OptimizeOptions
+from service.optimizer.progress import report
 
 MAX_PARAMS = 2
 MAX_POINTS = 25  # each point is a whole optimization; a bigger grid belongs in a batch job
@@ -82,7 +83,9 @@ def sweep(program: dict[str, Any], hardware: str | dict | HardwareProfile | None
     """Optimize `program` at every grid point of `params` (dotted profile fields -> values)."""
     base = resolve_profile(hardware)
     points = []
-    for overrides, profile in sweep_grid(base, params):
+    grid = sweep_grid(base, params)
+    for k, (overrides, profile) in enumerate(grid):
+        report(point=f"{k + 1}/{len(grid)}")
         response = pipeline.optimize(program, profile, options)
         est = response["estimate"]
         points.append({

@@ -44,17 +44,20 @@ def _signature(program: dict[str, Any], side: str) -> tuple[list[tuple], list[tu
     return [(tuple(s["shape"]), s["dtype"]) for s in program["inputs"]], output_avals(program)
 
 
-def check_signatures(original: dict[str, Any], candidate: dict[str, Any]) -> None:
-    """WireError (a 422) unless both programs type-check and take and return the same avals in order."""
-    (o_in, o_out), (c_in, c_out) = _signature(original, "original"), _signature(candidate, "candidate")
+def check_signatures(original: dict[str, Any], candidate: dict[str, Any],
+                     sides: tuple[str, str] = ("original", "candidate")) -> None:
+    """WireError (a 422) unless both programs type-check and take and return the same avals in order;
+    the fields it names start with the programs' `sides`."""
+    mine, other = sides
+    (o_in, o_out), (c_in, c_out) = _signature(original, mine), _signature(candidate, other)
     for part, ours, theirs in (("inputs", o_in, c_in), ("outputs", o_out, c_out)):
         if len(ours) != len(theirs):
-            raise WireError(f"the candidate has {len(theirs)} {part}, the original {len(ours)}",
-                            field=f"candidate.{part}")
+            raise WireError(f"the {other} has {len(theirs)} {part}, the {mine} {len(ours)}",
+                            field=f"{other}.{part}")
         for k, (a, b) in enumerate(zip(ours, theirs)):
             if a != b:
-                raise WireError(f"{b[1]}{list(b[0])} where the original has {a[1]}{list(a[0])}",
-                                field=f"candidate.{part}[{k}]")
+                raise WireError(f"{b[1]}{list(b[0])} where the {mine} has {a[1]}{list(a[0])}",
+                                field=f"{other}.{part}[{k}]")
 
 
 def validate_programs(original: dict[str, Any], candidate: dict[str, Any], fp_mode: str = "real",

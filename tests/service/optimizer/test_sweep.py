@@ -117,5 +117,5 @@ def test_cli_sweep_prints_one_row_per_point(tmp_path, capsys):
 def test_cli_sweep_reports_an_unknown_field(tmp_path, capsys):
     path = tmp_path / "chain.json"
     path.write_text(json.dumps(ROWS_FLIP))
-    assert main(["sweep", str(path), "--param", "gemm.bogus=1,2"]) == 1
+    assert main(["sweep", str(path), "--param", "gemm.bogus=1,2"]) == 2  # bad input (documented exit codes)
     assert "gemm.bogus" in capsys.readouterr().err

@@ -1,0 +1,64 @@
+"""What each optimized kernel stands for in the original: the original values its outputs must equal
+(the validator's value numbering, lowering/regions.py), the original equations it replaces, and the
+fired rules that can have shaped it (those whose patterns mention its ops or the ops it replaces)."""
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from lowering.regions import find_regions
+from rewrites.fusion import FUSION
+from rewrites.registry import NamedRule, pattern_ops
+from rewrites.schedule import ALL_FAMILIES
+
+
+def stands_for(original: dict[str, Any], optimized: dict[str, Any],
+               provenance: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Optimized value -> the original value it must equal. The optimizer's own record where given
+    (`provenance`: the original value in each emitted value's e-class, kept through ingest and
+    extraction); else the validator's value numbering: identical computations, values paired
+    through equal equations from the outputs down, and the roots of the rewritten regions. The
+    outputs always pair."""
+    plan = find_regions(original, optimized)
+    numbered = {} if plan is None else plan.stands_for
+    values = {o["name"] for e in original["eqns"] for o in e["out"]} | {s["name"] for s in original["inputs"]}
+    recorded = {p: o for p, o in (provenance or {}).items() if o in values}
+    paired = {p: o for o, p in zip(original["outputs"], optimized["outputs"]) if isinstance(o, str) and isinstance(p, str)}
+    return {**numbered, **recorded, **paired}
+
+
+def replaced_equations(original: dict[str, Any], outputs: Iterable[str], inputs: Iterable[str]) -> list[int]:
+    """Indices of the original's equations between the values a kernel's inputs stand for and those
+    its outputs stand for: the part of the original the kernel computes."""
+    producer = {o["name"]: i for i, e in enumerate(original["eqns"]) for o in e["out"]}
+    found, stack, stop = set(), list(outputs), set(inputs)
+    while stack:
+        name = stack.pop()
+        if name in stop or name not in producer or producer[name] in found:
+            continue
+        found.add(producer[name])
+        stack.extend(a for a in original["eqns"][producer[name]]["in"] if isinstance(a, str))
+    return sorted(found)
+
+
+def rule_patterns(extra_rules: Iterable[NamedRule] = ()) -> dict[str, frozenset[str]]:
+    """Per rule name, the primitives its patterns mention: the optimizer's rules and `extra_rules`."""
+    return pattern_ops([*(r for f in [*ALL_FAMILIES, FUSION] for r in f.rules), *extra_rules])
+
+
+def kernel_origin(original: dict[str, Any], kernel: dict[str, Any], mapping: Mapping[str, str],
+                  rules_fired: Mapping[str, int] | None, patterns: Mapping[str, frozenset[str]]) -> dict[str, Any]:
+    """For one kernel (as a response lists it): the original value per output (None where none is
+    known), the original equations it replaces, whether it computes them as written (the same ops),
+    and the fired rules whose patterns mention its ops or those it replaces (none when unchanged;
+    every fired rule whose patterns are unknown, such as a caller's own)."""
+    targets = {name: mapping.get(name) for name in kernel["outputs"]}
+    replaced = replaced_equations(original, [t for t in targets.values() if t],
+                                  [mapping.get(a, a) for a in kernel["inputs"]])
+    ops = [original["eqns"][i]["op"] for i in replaced]
+    changed = Counter(ops) != Counter(kernel["ops"]) or None in targets.values()
+    touched = set(ops) | set(kernel["ops"])
+    rewrites = sorted(name for name in (rules_fired or {}) if name not in patterns or patterns[name] & touched)
+    return {"stands_for": targets, "replaces": [{"eqn": i, "op": op} for i, op in zip(replaced, ops)],
+            "changed": changed, "rewrites": rewrites if changed else []}

@@ -1,0 +1,29 @@
+"""POST /v1/debug: an optimized program run kernel by kernel against its original, optionally with the
+rules to blame found by delta debugging (service/optimizer/debug.py)."""
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+
+from service.http.api_models import resolve_hardware
+from service.http.optimize_request import program_within_limits
+from service.http.settings import Settings, request_options
+from service.optimizer.debug import DebugRequest, DebugResponse, debug
+
+
+def add_debug_routes(app: FastAPI, settings: Settings) -> None:
+    @app.post("/v1/debug", response_model=DebugResponse, tags=["validate"],
+              responses={404: {"description": "unknown hardware profile name"},
+                         422: {"description": "either program does not type-check, their input or output "
+                                              "signatures differ (the field is named), or invalid options"}})
+    def debug_program(body: DebugRequest) -> Any:
+        """Per kernel of `optimized`: its error against the original values it stands for, the first
+        kernel that diverges and the rewrites that shaped it; with `bisect_rules`, a minimal set of
+        rules whose application makes validation fail (the original re-optimized per subset, in-process)."""
+        original = program_within_limits(body.original, settings, "original")
+        optimized = program_within_limits(body.optimized, settings, "optimized")
+        return debug(original, optimized, body.kernels, body.rewrites,
+                     resolve_hardware(body.hardware, settings.default_hardware),
+                     request_options(body.options, settings), body.bisect_rules, body.seed,
+                     provenance=body.provenance)

@@ -1,0 +1,152 @@
+"""The debugger as a service (`POST /v1/debug`, `optu debug`): an optimized program run kernel by
+kernel against its original (lowering/kernel_debug.py), and the rules to blame found by delta
+debugging over the rule set, each configuration re-optimized and validated (lowering/rule_bisect.py)."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from costmodel.profile import HardwareProfile, resolve_profile
+from lowering.kernel_debug import debug_kernels
+from lowering.kernel_provenance import rule_patterns
+from lowering.kernels import CONVENTIONAL, build_kernel_program
+from lowering.rule_bisect import NotFailing, minimal_failing
+from lowering.validate import validate
+from lowering.widen import CannotWiden
+from rewrites.registry import NamedRule
+from rewrites.schedule import ALGEBRA_RULE_NAMES
+from service.optimizer.options import OptimizeOptions
+from service.optimizer.pipeline import optimize
+from service.optimizer.translation_validation import check_signatures
+from wire.format import WireError, WireProgram
+
+
+class DebugKernelSpec(BaseModel):
+    model_config = ConfigDict(extra="allow")  # the rest of a response's kernel (estimate, buffers) passes
+
+    id: int = Field(description="the kernel's id")
+    kind: str = Field("vector", description="optical_gemm, vector, fused or host")
+    ops: list[str] = Field(description="primitives the kernel computes")
+    inputs: list[str] = Field(description="values of the optimized program it reads")
+    outputs: list[str] = Field(description="values of the optimized program it writes")
+    precompute: bool = Field(False, description="weight-only work, run once before the per-call kernels")
+
+
+class DebugRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    original: WireProgram = Field(description="the program as written")
+    optimized: WireProgram = Field(description="the optimized program (a /v1/optimize response's `program`; "
+                                               "where its validation failed, run with `validate: false` to get it)")
+    kernels: list[DebugKernelSpec] | None = Field(
+        None, description="the optimize response's `kernels` (and `precompute_kernels`, each with `precompute: "
+                          "true`); default: the optimized program grouped as the fair baseline groups it")
+    rewrites: dict[str, int] | None = Field(None, description="the optimize response's `report.rewrites`: "
+                                                              "the rules that fired")
+    provenance: dict[str, str] | None = Field(None, description="the optimize response's `provenance`: what each "
+                                                                "optimized value stands for; default: inferred "
+                                                                "by value numbering")
+    hardware: str | dict[str, Any] | None = Field(None, description="profile for kernels and for re-optimizing")
+    options: OptimizeOptions | None = Field(None, description="options for re-optimizing (bisect_rules)")
+    bisect_rules: bool = Field(False, description="find a 1-minimal set of rules whose application makes "
+                                                  "validation of the original's optimization fail")
+    seed: int = Field(0, ge=0, description="seed of the input draw the kernels are compared on")
+
+
+class KernelDebug(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: int = Field(description="the kernel's id (precompute kernels run first)")
+    precompute: bool = Field(description="weight-only work, run once")
+    ops: list[str] = Field(description="primitives the kernel computes")
+    max_rel_error: float | None = Field(description="worst normwise relative error of its outputs against the "
+                                                    "original values they stand for (float64); null: none maps")
+    diverges: bool = Field(description="an output differs beyond its dtype's tolerance")
+    rewrites: list[str] = Field(description="fired rules whose patterns mention its ops or the ops it replaces")
+
+
+class Bisection(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    status: Literal["found", "not_failing"] = Field(description="found: `rules` make validation fail; "
+                                                                "not_failing: with every rule it does not fail")
+    rules: list[str] = Field(description="a 1-minimal set of rules whose application makes validation fail")
+    configurations: int = Field(description="rule subsets optimized and validated")
+    kernel: dict[str, Any] | None = Field(None, description="the first diverging kernel of the program optimized "
+                                                            "with `rules` alone: the kernel they built")
+
+
+class DebugResponse(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    kernels: list[KernelDebug] = Field(description="per kernel, in execution order")
+    first_divergent: dict[str, Any] | None = Field(description="the first kernel beyond tolerance, or null")
+    summary: str = Field(description="one line: the first diverging kernel and its rewrites, or agreement")
+    validation: dict[str, Any] = Field(description="the whole programs' translation validation verdict")
+    bisection: Bisection | None = Field(None, description="present when bisect_rules was asked")
+
+
+def debug(original: dict[str, Any], optimized: dict[str, Any],
+          kernels: list[dict[str, Any] | DebugKernelSpec] | None = None,
+          rewrites: dict[str, int] | None = None, hardware: str | dict | HardwareProfile | None = None,
+          options: OptimizeOptions | dict | None = None, bisect_rules: bool = False, seed: int = 0,
+          extra_rules: Sequence[NamedRule] = (), provenance: dict[str, str] | None = None) -> dict[str, Any]:
+    """The debugger's report on `optimized` against `original`; WireError (a 422) naming the field
+    when their signatures differ. `extra_rules` join the optimizer's own (in-process only)."""
+    check_signatures(original, optimized, ("original", "optimized"))
+    if kernels is not None:
+        kernels = [DebugKernelSpec.model_validate(k).model_dump() for k in kernels]
+        _check_kernels(optimized, kernels)
+    else:
+        lowered = build_kernel_program(optimized, resolve_profile(hardware), CONVENTIONAL)
+        kernels = [*({**k.to_dict(), "precompute": True} for k in lowered.precompute),
+                   *(k.to_dict() for k in lowered.kernels)]
+    try:
+        found = debug_kernels(original, optimized, kernels, rewrites, rule_patterns(extra_rules), seed, provenance)
+    except CannotWiden as err:
+        raise WireError(str(err), field="optimized") from None
+    result = {**found, "validation": validate(original, optimized)}
+    if bisect_rules:
+        result["bisection"] = bisect(original, hardware, options, extra_rules, seed)
+    return result
+
+
+def _check_kernels(optimized: dict[str, Any], kernels: list[dict[str, Any]]) -> None:
+    """WireError naming the field unless every kernel reads and writes values of `optimized`."""
+    values = {s["name"] for s in [*optimized["inputs"], *optimized.get("consts", [])]}
+    values |= {o["name"] for e in optimized["eqns"] for o in e["out"]}
+    for k, kernel in enumerate(kernels):
+        for part in ("inputs", "outputs"):
+            unknown = [name for name in kernel[part] if name not in values]
+            if unknown:
+                raise WireError(f"{unknown[0]!r} is not a value of the optimized program",
+                                field=f"kernels[{k}].{part}")
+
+
+def bisect(original: dict[str, Any], hardware: str | dict | HardwareProfile | None,
+           options: OptimizeOptions | dict | None, extra_rules: Sequence[NamedRule] = (), seed: int = 0) -> dict[str, Any]:
+    """Delta debugging over the rules that fire when `original` is optimized: each subset is
+    optimized with only its rules (the others excluded through the options) and validated."""
+    options = OptimizeOptions.coerce(options).model_copy(update={"validate_result": False})
+    extra = {r.name: r for r in extra_rules}
+
+    def optimized_with(rules: frozenset[str]) -> dict[str, Any]:
+        kept = options.model_copy(update={"exclude_rules": sorted(ALGEBRA_RULE_NAMES - rules)})
+        return optimize(original, hardware, kept, [r for r in extra_rules if r.name in rules])
+
+    def fails(rules: frozenset[str]) -> bool:
+        return validate(original, optimized_with(rules)["program"])["status"] == "failed"
+
+    fired = optimize(original, hardware, options, extra_rules)["report"]["rewrites"]
+    candidates = [name for name in fired if name in ALGEBRA_RULE_NAMES or name in extra]
+    try:
+        rules, tried = minimal_failing(candidates, fails)
+    except NotFailing:
+        return {"status": "not_failing", "rules": [], "configurations": 1, "kernel": None}
+    response = optimized_with(frozenset(rules))
+    kernels = [*({**k, "precompute": True} for k in response["precompute_kernels"]), *response["kernels"]]
+    built = debug_kernels(original, response["program"], kernels, response["report"]["rewrites"],
+                          rule_patterns(extra_rules), seed, response["provenance"])
+    return {"status": "found", "rules": rules, "configurations": tried, "kernel": built["first_divergent"]}
