@@ -28,8 +28,10 @@ install: $(STAMP)
 serve: $(STAMP)
 	$(VENV)/bin/optu serve --host 127.0.0.1 --port 8000
 
+# Two test processes (each test's tier and isolation as when run alone: tests/conftest.py); the
+# slowest tests listed at the end.
 test: $(STAMP) | chromium
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=25
 
 # The unit tier only: no server, no subprocess (tests/conftest.py holds each tier to its word).
 test-fast: $(STAMP)

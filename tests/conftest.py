@@ -1,12 +1,16 @@
 """Test tiers. `integration`: a test that runs the real server, worker processes, Redis or any
 other subprocess (asked for by fixture, or marked). `slow`: in-process but long (whole models
 through the pipeline, hypothesis over the rules). Everything else is `unit`, and a unit test is
-held to it: starting a subprocess there fails the test."""
+held to it: starting a subprocess there fails the test.
+
+`make test` runs the suite on two pytest-xdist processes: each has Redis databases and a result
+cache directory of its own, and the container tests all run on one of them (one image build)."""
 from __future__ import annotations
 
 import multiprocessing.process
 import os
 import subprocess
+import tempfile
 
 import pytest
 import redis
@@ -16,6 +20,12 @@ INTEGRATION_FIXTURES = frozenset({"server_url", "pool_server", "redis_url", "que
 # The machine's Redis (.ci/run starts one if none answers): the cache tests and the job queue's
 # tests each on a database of their own.
 TEST_REDIS = os.environ.get("OPTU_TEST_REDIS", "redis://127.0.0.1:6379")
+# This test process's place among pytest-xdist's workers (0 when run alone): two databases each,
+# counting down from 15 (the deployment tests use 5 and 4).
+WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+# Servers the tests start (and Settings made without a cache_dir) cache results here, not in the
+# checkout, and apart from the other test process's.
+os.environ.setdefault("OPTU_CACHE_DIR", tempfile.mkdtemp(prefix="optu-test-cache-"))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -24,6 +34,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
         if item.get_closest_marker("container"):  # a container is a subprocess and a server
             item.add_marker(pytest.mark.integration)
+            item.add_marker(pytest.mark.xdist_group("container"))
         if not any(item.get_closest_marker(tier) for tier in ("integration", "slow")):
             item.add_marker(pytest.mark.unit)
 
@@ -59,9 +70,9 @@ def _empty_redis_database(url: str):
 
 @pytest.fixture(scope="module")
 def redis_url():
-    yield from _empty_redis_database(f"{TEST_REDIS}/15")
+    yield from _empty_redis_database(f"{TEST_REDIS}/{15 - 2 * WORKER}")
 
 
 @pytest.fixture
 def queue_url():
-    yield from _empty_redis_database(f"{TEST_REDIS}/14")
+    yield from _empty_redis_database(f"{TEST_REDIS}/{14 - 2 * WORKER}")

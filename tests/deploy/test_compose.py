@@ -35,7 +35,8 @@ def test_the_user_facing_compose_file_resolves():
 def deployment(image):
     """(api url, compose command, queue Redis) of the stack up on the host network."""
     project, port = f"optutest{uuid.uuid4().hex[:8]}", free_port()
-    queue_url, cache_url = "redis://127.0.0.1:6379/12", "redis://127.0.0.1:6379/11"
+    # below the test processes' own databases (tests/conftest.py)
+    queue_url, cache_url = "redis://127.0.0.1:6379/5", "redis://127.0.0.1:6379/4"
     for url in (queue_url, cache_url):
         redis.Redis.from_url(url).flushdb()
     env = {**os.environ, "OPTU_IMAGE": image, "OPTU_PORT": str(port), "OPTU_HOST_QUEUE_URL": queue_url,

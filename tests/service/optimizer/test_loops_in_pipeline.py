@@ -46,10 +46,10 @@ def test_loop_bodies_share_the_requests_time_limit(monkeypatch):
     calls = []
     real = pipeline.optimize
 
-    def spy(program, hardware=None, options=None):
+    def spy(program, hardware=None, options=None, extra_rules=()):
         calls.append(options.time_limit_s if options is not None and not isinstance(options, dict)
                      else (options or {}).get("time_limit_s"))
-        return real(program, hardware, options)
+        return real(program, hardware, options, extra_rules)
 
     monkeypatch.setattr(pipeline, "optimize", spy)
 
