@@ -35,7 +35,7 @@ test: $(STAMP) | chromium
 
 # The unit tier only: no server, no subprocess (tests/conftest.py holds each tier to its word).
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m unit
+	$(PY) -m pytest -q -m unit -n 2
 
 bench: $(STAMP)
 	$(PY) -m bench.run

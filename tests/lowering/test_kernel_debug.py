@@ -7,6 +7,7 @@ import copy
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from costmodel.profile import resolve_profile
 from lowering.kernel_debug import debug_kernels, every_value
@@ -15,6 +16,8 @@ from lowering.listing import explained_listing
 from lowering.validation_inputs import random_inputs
 from service.optimizer.pipeline import optimize
 from wire.capture import capture
+
+pytestmark = pytest.mark.slow  # whole models through capture and the pipeline
 
 ARGS = (np.ones((16, 32), np.float32), np.ones((32, 32), np.float32), np.ones((32, 8), np.float32),
         np.ones((32,), np.float32))

@@ -110,6 +110,7 @@ def test_debug_of_programs_with_different_signatures_exits_2_naming_the_mismatch
     assert err == "optu: optimized.outputs[0]: float32[8, 2] where the original has float32[8, 4]\n"
 
 
+@pytest.mark.slow  # the debugger runs both programs in float64
 def test_debug_of_a_broken_program_exits_1_marking_the_kernel_that_computes_the_wrong_op(tmp_path, capsys):
     program = capture(_layer, *ARGS)
     assert main(["optimize", _write(tmp_path, "p.json", program), "--json"]) == 0

@@ -6,8 +6,11 @@ import io
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from service.client import optimize
+
+pytestmark = pytest.mark.slow  # whole models through capture and the pipeline
 
 
 def test_explain_prints_the_listing_with_each_kernels_rewrites():

@@ -10,6 +10,8 @@ from torch_models import GPTBlock, TinyLSTM
 from service.torch_backend import optu_backend
 from wire.torch_capture import TorchCaptureError
 
+pytestmark = pytest.mark.slow  # whole models through capture and the pipeline
+
 OPTIONS = {"time_limit_s": 3}
 
 

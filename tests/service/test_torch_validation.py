@@ -11,6 +11,8 @@ from torch_models import eval_models
 from service.client import optimize, optimize_program
 from service.torch_client import capture, validate_against_torch
 
+pytestmark = pytest.mark.slow  # whole models through capture and the pipeline
+
 MODELS = eval_models()
 
 

@@ -12,6 +12,8 @@ from torch_models import eval_models
 from wire.execute import program_to_callable, typecheck
 from wire.torch_capture import TorchCaptureError, TorchExportError, capture_torch, to_numpy
 
+pytestmark = pytest.mark.slow  # whole models through capture and the pipeline
+
 MODELS = eval_models()
 
 

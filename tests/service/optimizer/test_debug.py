@@ -18,6 +18,8 @@ from service.optimizer.pipeline import optimize
 from wire.capture import capture
 from wire.format import WireError
 
+pytestmark = pytest.mark.slow  # whole models through capture and the pipeline
+
 _x, _e = var("x", Term), var("e", i64)
 TANH_IS_IDENTITY = NamedRule("test-tanh-is-identity", "test", "real", rewrite(Term.unary("tanh", _x, _e)).to(_x))
 ARGS = (np.ones((16, 32), np.float32), np.ones((32, 32), np.float32), np.ones((32, 8), np.float32),
