@@ -13,9 +13,9 @@ from lowering.kernels import output_avals
 from lowering.precompute import PrecomputedProgram
 from lowering.validate import Verdict, judge
 from lowering.validation_inputs import TRIALS, nudged
-from lowering.widen import float64_callable, widen
-from wire.execute import program_to_callable
-from wire.precision import declares_64_bit
+from lowering.widen import Widened, widen
+from wire.execute import jitted_program
+from wire.precision import declared_precision
 from wire.torch_capture import TorchProgram, capture_exported, capture_torch, to_numpy
 
 
@@ -50,10 +50,9 @@ class TorchFunction:
 
     def __init__(self, program: dict[str, Any], captured: TorchProgram):
         self.program, self.in_spec, self.out_spec = program, captured.in_spec, captured.out_spec
-        self._wide = declares_64_bit(program)
-        with jax.enable_x64(self._wide):
+        with declared_precision(program):
             self._weights = [jax.numpy.asarray(w) for w in captured.weights]
-        self._run = PrecomputedProgram.of(program) or jax.jit(program_to_callable(program))
+        self._run = PrecomputedProgram.of(program) or jitted_program(program)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         import torch
@@ -62,7 +61,7 @@ class TorchFunction:
         leaves, spec = _pytree.tree_flatten((args, kwargs))
         if spec != self.in_spec:
             raise TypeError(f"expected inputs structured as the example inputs ({self.in_spec}), got {spec}")
-        with jax.enable_x64(self._wide):
+        with declared_precision(self.program):  # torch's int64/float64 inputs cross as they are
             outs = self._run(*self._weights, *[_to_jax(x) for x in leaves])
         return _pytree.tree_unflatten([torch.from_dlpack(o) for o in outs], self.out_spec)
 
@@ -89,15 +88,12 @@ def validate_against_torch(captured: TorchProgram, optimized: dict[str, Any], se
     dtypes = [dtype for _, dtype in output_avals(captured.program)]
     verdict = Verdict("torch float64", dtypes)
     try:
-        candidate, original = jax.jit(float64_callable(optimized)), jax.jit(float64_callable(captured.program))
+        candidate, original = Widened(optimized), Widened(captured.program)
     except (TypeError, ValueError) as err:
         return verdict.result("inconclusive", f"the programs cannot be evaluated in float64: {err}")
 
     def evaluate(args: list[np.ndarray], directions: list[np.ndarray | None], relative: float):
         wide = widen(args)
-        with jax.enable_x64(True):
-            results = [np.asarray(x) for x in candidate(*wide)]
-            moved = [np.asarray(x) for x in original(*nudged(wide, directions, relative))]
-        return captured.reference(*wide), results, moved
+        return captured.reference(*wide), candidate(wide), original(nudged(wide, directions, relative))
 
     return judge(captured.program, dtypes, evaluate, verdict, TRIALS, seed, None)
