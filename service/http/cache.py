@@ -8,7 +8,8 @@ worker processes share one file) or Redis (`OPTU_CACHE_URL=redis://...`) shared 
 A response cut short by its time limit is stored apart (never answered as a hit) so that its
 report can still be fetched. Each entry is the response's JSON plus its sha256; an entry that does
 not parse or whose checksum does not match is dropped and answered as a miss, so the request is
-recomputed and stored again. A failing cache (disk full, Redis down) degrades to "miss, not stored" and never fails a request.
+recomputed and stored again. A failing cache (disk full, Redis down) degrades to "miss, not
+stored" and never fails a request.
 """
 from __future__ import annotations
 
