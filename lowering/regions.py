@@ -237,6 +237,15 @@ def check_key(original: dict[str, Any], optimized: dict[str, Any], region: Regio
     return region_signature(region.subprogram(optimized, plan.numbered)) + region_signature(original_side)
 
 
+def distinct_checks(original: dict[str, Any], optimized: dict[str, Any], plan: RegionPlan) -> dict[str, Region]:
+    """The plan's regions by `check_key`, one per distinct check: the earliest of each kind, so the
+    original need run only that far."""
+    checks: dict[str, Region] = {}
+    for region in sorted(plan.regions, key=lambda r: max(r.eqns, default=-1)):
+        checks.setdefault(check_key(original, optimized, region, plan), region)
+    return checks
+
+
 def region_signature(program: dict[str, Any]) -> str:
     """The region's structure with its value names replaced by their order of appearance."""
     names: dict[str, str] = {}

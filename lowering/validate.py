@@ -17,8 +17,9 @@ boolean outputs compare exactly; complex ones on both parts.
 Big programs are mostly unchanged by the optimizer, so the check runs only what changed where it
 can (`find_regions`): each rewritten region of the optimized program runs on the values the
 original really feeds it, compared with the original's own value there; of regions that are the
-same check (an encoder's layers) the earliest runs. Where the regions do not pass, the whole
-programs run; a failed region is never overruled by a whole run that passes (deep programs can hide
+same check (an encoder's layers) the earliest runs, and a check that passed already on the same
+draws (an earlier candidate of the same search) is not run again. Where the regions do not pass,
+the whole programs run; a failed region is never overruled by a whole run that passes (deep programs can hide
 a wrong value, and the pairing of values is inferred): the verdict is then `inconclusive`.
 
 `exact` mode runs both programs in their declared types and requires bit-identical results.
@@ -34,7 +35,7 @@ import numpy as np
 from lowering.compare import bit_identical, informative, output_error, tolerance_for
 from lowering.kernels import output_avals
 from lowering.observability import change_shows
-from lowering.regions import Region, RegionPlan, check_key, cone, find_regions
+from lowering.regions import Region, RegionPlan, cone, distinct_checks, find_regions
 from lowering.validation_inputs import TRIALS, InputDraws, nudged, nudges, random_inputs
 from lowering.widen import CannotWiden, float64_callable, widen
 from wire.execute import jitted_program
@@ -76,21 +77,35 @@ class Verdict:
                 "criterion": self.criterion, "reason": reason, "draws": self.tried, **extra}
 
 
+@dataclass(frozen=True)
+class PassedCheck:
+    """A region check that passed: its worst error, output dtypes and telling draws."""
+
+    max_rel_error: float
+    dtypes: tuple[str, ...]
+    trials: int
+
+
+# check_key -> the region check that passed on this check's draws (the same seeds and inputs)
+PassedChecks = dict[str, PassedCheck]
+
+
 def identical() -> dict[str, Any]:
     return {"status": "identical", "max_rel_error": 0.0, "tolerance": {}, "trials": 0, "criterion": "identical",
             "reason": "value numbering finds the same computation in both programs; nothing was run"}
 
 
 def validate(original: dict[str, Any], optimized: dict[str, Any], fp_mode: str = "real",
-             trials: int = TRIALS, seed: int = 0, draws: InputDraws | None = None) -> dict[str, Any]:
+             trials: int = TRIALS, seed: int = 0, draws: InputDraws | None = None,
+             passed: PassedChecks | None = None) -> dict[str, Any]:
     """The verdict on `optimized` against `original` (see the module docstring); `draws` may hold
-    the inputs drawn ahead."""
+    the inputs drawn ahead, and `passed` the region checks an earlier candidate passed on them."""
     plan, draws = find_regions(original, optimized), draws or InputDraws()
     if plan is not None and not plan.regions:
         return identical()
     if plan is None or fp_mode != "real" or plan.share > MAX_REGION_SHARE:
         return validate_whole(original, optimized, fp_mode, trials, seed, draws)
-    regions = region_validate(original, optimized, plan, trials, seed, draws)
+    regions = region_validate(original, optimized, plan, trials, seed, draws, passed)
     if regions["status"] == "passed":
         return regions
     whole = validate_whole(original, optimized, fp_mode, trials, seed, draws)
@@ -141,7 +156,7 @@ def validate_whole(original: dict[str, Any], optimized: dict[str, Any], fp_mode:
         reference, candidate = float64_callable(original), float64_callable(optimized)
     except (TypeError, ValueError) as err:
         return Verdict("float64", dtypes).result("inconclusive", f"the programs cannot be evaluated in float64: {err}")
-    evaluate = checked_runs(lambda *args: (reference(*args), candidate(*args)))
+    evaluate = checked_runs(lambda *args: (reference(*args), args), lambda args: candidate(*args))
     return judge(original, dtypes, evaluate, Verdict("float64", dtypes), trials, seed, draws)
 
 
@@ -150,20 +165,27 @@ Outputs = list[np.ndarray]
 Evaluate = Callable[[list[np.ndarray], list[np.ndarray | None], float], tuple[Outputs, Outputs, Outputs]]
 
 
-def checked_runs(pair: Callable[..., tuple[list, list]]) -> Evaluate:
-    """`pair` (the reference's and the candidate's outputs, of widened inputs) jitted once and
-    called twice per draw: on the widened inputs, and on them nudged along their directions (the
-    candidate's outputs there are not needed, but a second program would cost a second compile,
-    and XLA's compile of a big program costs more than a run). Widening and nudging stay on the
-    host: in XLA each input's cast and nudge is a kernel of its own, whose compile time on an
-    80-matmul chain exceeded the runs'."""
-    run = jax.jit(pair)
+def checked_runs(reference: Callable[..., tuple[list, Any]], candidate: Callable[[Any], list]) -> Evaluate:
+    """`reference` (of widened inputs: the reference's outputs and what `candidate` reads) and
+    `candidate` (its outputs), jitted once and called twice per draw: on the widened inputs, and on
+    them nudged along their directions, where the candidate is skipped (a conditional, so the
+    nudged call is the same compiled program: XLA's compile of a big program costs more than a
+    run). Widening and nudging stay on the host: in XLA each input's cast and nudge is a kernel of
+    its own, whose compile time on an 80-matmul chain exceeded the runs'."""
+
+    def runs(compare, *args):
+        refs, fed = reference(*args)
+        avals = jax.eval_shape(candidate, fed)
+        skipped = lambda _: [jax.numpy.zeros(a.shape, a.dtype) for a in avals]
+        return refs, jax.lax.cond(compare, candidate, skipped, fed)
+
+    run = jax.jit(runs)
 
     def evaluate(args: list[np.ndarray], directions: list[np.ndarray | None], relative: float):
         wide = widen(args)
         with jax.enable_x64(True):
             try:
-                (refs, results), (moved, _) = run(*wide), run(*nudged(wide, directions, relative))
+                (refs, results), (moved, _) = run(True, *wide), run(False, *nudged(wide, directions, relative))
             except (TypeError, ValueError) as err:  # a trace-time type error: the widened program is ill-typed
                 raise CannotWiden(f"the programs cannot be evaluated in float64: {err}") from err
         return [np.asarray(x) for x in refs], [np.asarray(x) for x in results], [np.asarray(x) for x in moved]
@@ -247,33 +269,60 @@ def _exact(original: dict[str, Any], optimized: dict[str, Any], dtypes: list[str
 
 
 def region_validate(original: dict[str, Any], optimized: dict[str, Any], plan: RegionPlan, trials: int, seed: int,
-                    draws: InputDraws | None) -> dict[str, Any]:
+                    draws: InputDraws | None, passed: PassedChecks | None = None) -> dict[str, Any]:
     """One jitted call per draw (in float64) runs the original only as far as the regions need and each
     region on the values the original feeds it (one compile for all: XLA's fixed cost per module
     is larger than a small region's); each region's results are compared with the original's
-    values there. Regions that are the same check (`check_key`) run once: the earliest of them."""
-    checks: dict[str, Region] = {}
-    for region in sorted(plan.regions, key=lambda r: max(r.eqns, default=-1)):  # the earliest of each kind:
-        checks.setdefault(check_key(original, optimized, region, plan), region)  # the original runs that far
-    wanted = list(dict.fromkeys(o for r in checks.values() for o in [*(o for o, _ in r.roots),
-                                                                      *(o for _, o in r.boundary)]))
+    values there. Regions that are the same check (`check_key`) run once: the earliest of them.
+    A check already in `passed` (an earlier candidate's, on the same draws) is not run again;
+    the ones that pass here are added to it."""
+    passed = {} if passed is None else passed
+    checks = distinct_checks(original, optimized, plan)
+    reused = [passed[key] for key in checks if key in passed]
+    fresh = {key: region for key, region in checks.items() if key not in passed}
+    extra = {"regions": len(plan.regions), "distinct_regions": len(checks), "region_share": round(plan.share, 4)}
+    if reused:
+        extra["reused_regions"] = len(reused)
+    if not fresh:
+        verdict = Verdict("regions", [d for check in reused for d in check.dtypes])
+        verdict.trials, verdict.worst = min(c.trials for c in reused), max(c.max_rel_error for c in reused)
+        return verdict.result("passed", f"every distinct rewritten region ({len(checks)}) is a check that "
+                                        f"passed already, on these draws", **extra)
+    result = _run_regions(original, optimized, plan, list(fresh.values()), trials, seed, draws) | extra
+    if result["status"] != "passed":
+        return result
+    for key, region in fresh.items():
+        passed[key] = PassedCheck(result["max_rel_error"], tuple(plan.original_numbered.aval[o][1]
+                                                                 for o, _ in region.roots), result["trials"])
+    if reused:
+        result["max_rel_error"] = max(result["max_rel_error"], *(c.max_rel_error for c in reused))
+        result["trials"] = min(result["trials"], *(c.trials for c in reused))
+        result["tolerance"] = {d: tolerance_for(d, "real") for d in
+                               sorted({*result["tolerance"], *(d for c in reused for d in c.dtypes)})}
+        result["reason"] += f"; {len(reused)} more distinct regions are checks that passed already, on these draws"
+    return result
+
+
+def _run_regions(original: dict[str, Any], optimized: dict[str, Any], plan: RegionPlan, checks: list[Region],
+                 trials: int, seed: int, draws: InputDraws | None) -> dict[str, Any]:
+    wanted = list(dict.fromkeys(o for r in checks for o in [*(o for o, _ in r.roots), *(o for _, o in r.boundary)]))
     needed = cone(original, wanted)  # the original up to those regions, and only the inputs it reads
-    roots = [o for region in checks.values() for o, _ in region.roots]
+    roots = [o for region in checks for o, _ in region.roots]
     dtypes = [plan.original_numbered.aval[o][1] for o in roots]
     verdict = Verdict("regions", dtypes)
-    extra = {"regions": len(plan.regions), "distinct_regions": len(checks), "region_share": round(plan.share, 4),
-             "roots": roots}
     try:
         run_original = float64_callable(needed)
-        calls = [(float64_callable(region.subprogram(optimized, plan.numbered)), region) for region in checks.values()]
+        calls = [(float64_callable(region.subprogram(optimized, plan.numbered)), region) for region in checks]
     except (TypeError, ValueError) as err:
-        return verdict.result("inconclusive", f"the regions cannot be evaluated in float64: {err}", **extra)
+        return verdict.result("inconclusive", f"the regions cannot be evaluated in float64: {err}", roots=roots)
     inputs = [s["name"] for s in needed["inputs"]]
 
-    def pair(*args):
+    def original_side(*args):  # the original's values at the roots, and those the regions are fed
         values = dict(zip(inputs, args))
         values.update(zip(wanted, run_original(*args)))
-        return [values[o] for o in roots], [out for fn, region in calls
-                                            for out in fn(*[values[o] for _, o in region.boundary])]
+        return [values[o] for o in roots], [[values[o] for _, o in region.boundary] for _, region in calls]
 
-    return judge(needed, dtypes, checked_runs(pair), verdict, trials, seed, draws) | extra
+    def regions(fed):
+        return [out for (fn, _), region_inputs in zip(calls, fed) for out in fn(*region_inputs)]
+
+    return judge(needed, dtypes, checked_runs(original_side, regions), verdict, trials, seed, draws) | {"roots": roots}

@@ -1,7 +1,12 @@
-"""Small hand-written wire programs shared by the tests, and a helper to respell them."""
+"""Small wire programs shared by the tests, and a helper to respell them."""
 from __future__ import annotations
 
 import json
+
+import jax.numpy as jnp
+import numpy as np
+
+from wire.capture import capture
 
 # Verdicts that let a result be used: checked and found equal, or the same computation (nothing run).
 VALIDATED = ("passed", "identical")
@@ -48,3 +53,16 @@ def sum_program(n: int, width: int) -> dict:
         prev = f"s{i}"
     return {"format": "optu.jaxpr/v1", "inputs": [{"name": f"x{i}", **spec} for i in range(n)],
             "consts": [], "eqns": eqns, "outputs": [prev]}
+
+
+def two_regions(first: bool, second: bool) -> dict:
+    """Two independent spots an optimizer may rewrite (a scale folded into a weight: `first`,
+    `second`), then work both feed, unchanged: region checks see one region per rewritten spot."""
+    x, w, v = np.ones((8, 16), np.float32), np.full((16, 16), 0.1, np.float32), np.linspace(0.5, 1.5, 16,
+                                                                                           dtype=np.float32)
+
+    def fn(x, w, u, v, w2):
+        a = x @ (w * v) if first else (x @ w) * v
+        b = x @ (u * 2.0) if second else (x @ u) * 2.0
+        return jnp.tanh(jnp.tanh(a + jnp.tanh(b)) @ w2) @ w2
+    return capture(fn, x, w, w, v, w)

@@ -14,8 +14,8 @@ from typing import Any, Callable
 
 import jax
 
-from lowering.regions import find_regions
-from lowering.validate import validate
+from lowering.regions import distinct_checks, find_regions
+from lowering.validate import PassedChecks, validate
 from lowering.validation_inputs import InputDraws
 
 
@@ -84,14 +84,17 @@ class Job:
 class BackgroundValidation:
     """Entering draws the validation inputs of `original` in the background; `start(algebraic)` then
     validates the algebraic optimum there, and `result_for(candidate)` is that verdict when the
-    candidate computes the same, else the candidate's own validation (the algebraic optimum's check
-    then stops at its next draw). Leaving waits for both."""
+    candidate computes the same, else the candidate's own validation. That one reuses the region
+    checks the algebraic optimum passed (fusion's choices often differ from it in one region of
+    many), so the algebraic optimum's check runs on when the two share a region, and otherwise stops
+    at its next draw. Leaving waits for both."""
 
     def __init__(self, original: dict[str, Any], fp_mode: str, timings: dict[str, float]):
         self.original, self.fp_mode, self.timings = original, fp_mode, timings
         self.algebraic: dict[str, Any] | None = None
         self.draws = InputDraws()
         self.speculative = self.draws.stoppable()  # the algebraic optimum's check, stopped when not wanted
+        self.passed: PassedChecks = {}  # region checks passed on these draws, by either check
         self.jobs: list[Job] = []
 
     def __enter__(self) -> BackgroundValidation:
@@ -115,7 +118,7 @@ class BackgroundValidation:
     def _validate_algebraic(self) -> dict[str, Any]:
         begin = time.perf_counter()
         try:
-            return validate(self.original, self.algebraic, self.fp_mode, draws=self.speculative)
+            return validate(self.original, self.algebraic, self.fp_mode, draws=self.speculative, passed=self.passed)
         finally:  # reported apart: it ran beside the fusion stages
             self.timings["validate_background"] = round(time.perf_counter() - begin, 6)
 
@@ -124,6 +127,17 @@ class BackgroundValidation:
         plan = find_regions(self.algebraic, candidate) if started else None
         if plan is not None and not plan.regions:
             return self.jobs[-1].result()
-        self.speculative.stop()  # not this candidate's verdict: its check gives the cores back at its next draw
+        if not self._shares_region_checks(candidate):
+            self.speculative.stop()  # of no use to this candidate: it gives the cores back at its next draw
         self.settle(wait=True)  # one validation at a time: they share the cores
-        return validate(self.original, candidate, self.fp_mode, draws=self.draws)
+        return validate(self.original, candidate, self.fp_mode, draws=self.draws, passed=self.passed)
+
+    def _shares_region_checks(self, candidate: dict[str, Any]) -> bool:
+        """Whether the algebraic optimum's check runs a region check the candidate's would run too."""
+        if self.fp_mode != "real":
+            return False
+        plans = [(program, find_regions(self.original, program)) for program in (self.algebraic, candidate)]
+        if any(plan is None or not plan.regions for _, plan in plans):
+            return False
+        algebraic, mine = (set(distinct_checks(self.original, program, plan)) for program, plan in plans)
+        return bool(algebraic & mine)

@@ -84,6 +84,8 @@ class Validation(_Open):
     draws: list[Draw] | None = Field(None, description="each draw of inputs and what it showed")
     regions: int | None = Field(None, description="rewritten regions found (criterion regions)")
     distinct_regions: int | None = Field(None, description="regions checked, one per distinct kind")
+    reused_regions: int | None = Field(None, description="of the distinct regions, those whose check passed "
+                                                         "already on the same draws (an earlier candidate's)")
     region_share: float | None = Field(None, description="share of the program inside rewritten regions")
     roots: list[str] | None = Field(None, description="original values the regions stand for")
     pieces: list[str] | None = Field(None, description="each searched piece's criterion (criterion pieces)")

@@ -7,6 +7,7 @@ import json
 
 import jax.numpy as jnp
 import numpy as np
+from wire_examples import two_regions
 
 from lowering.compare import bit_identical, output_error
 from lowering.validate import validate, validate_whole
@@ -185,6 +186,28 @@ def test_a_failed_region_is_overruled_where_a_change_there_would_have_shown():
     original = capture(lambda a, b: jnp.tanh(a) * 2.0 + b, x, x)
     result = validate(original, capture(lambda a, b: b + jnp.tanh(a) + jnp.tanh(a), x, x))
     assert result["status"] == "passed" and "pairing was wrong" in result["reason"]
+
+
+def test_a_region_check_that_passed_on_the_same_draws_is_not_run_again():
+    original, passed = _stack(False), {}
+    assert validate(original, _stack(True), passed=passed)["status"] == "passed" and len(passed) == 1
+    again = validate(original, _stack(True), passed=passed)
+    assert again["status"] == "passed" and again["reused_regions"] == 1 and again["draws"] == []
+
+
+def test_a_new_region_beside_reused_ones_is_checked_and_both_are_reported():
+    original, passed = two_regions(False, False), {}
+    validate(original, two_regions(True, False), passed=passed)
+    result = validate(original, two_regions(True, True), passed=passed)
+    assert result["status"] == "passed" and result["distinct_regions"] == 2 and result["reused_regions"] == 1
+    assert len(passed) == 2 and [d["can_tell"] for d in result["draws"]] == [True, True]
+
+
+def test_reused_region_checks_never_pass_a_wrong_new_region():
+    original, passed = _stack(False), {}
+    validate(original, _stack(True), passed=passed)
+    assert validate(original, _stack(True, last_order=(2, 1, 0)), passed=passed)["status"] == "failed"
+    assert len(passed) == 1
 
 
 def test_regions_find_a_wrong_weight_a_whole_run_would_barely_see():

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from wire_examples import two_regions
 
 from bench.models.zoo import ZOO
 from lowering.validate import validate
@@ -94,6 +95,23 @@ def test_a_different_candidate_is_validated_on_its_own_and_the_speculative_check
         early.start(program)
         assert early.result_for(_wrong(program))["status"] == "failed"
         assert early.speculative.stopped.is_set() and not early.draws.stopped.is_set()
+
+
+def test_a_candidate_sharing_a_region_with_the_algebraic_optimum_reuses_its_check():
+    program = two_regions(False, False)
+    with BackgroundValidation(program, "real", {}) as early:
+        early.start(two_regions(True, True))
+        verdict = early.result_for(two_regions(True, False))  # fusion kept one of the two rewrites
+        assert not early.speculative.stopped.is_set()
+    assert verdict["status"] == "passed" and verdict["reused_regions"] == 1 and verdict["draws"] == []
+    assert early.jobs[-1].value["status"] == "passed" and early.jobs[-1].value["distinct_regions"] == 2
+
+
+def test_a_wrong_region_beside_a_reused_one_still_fails():
+    program = two_regions(False, False)
+    with BackgroundValidation(program, "real", {}) as early:
+        early.start(two_regions(True, False))
+        assert early.result_for(_wrong(two_regions(True, False)))["status"] == "failed"
 
 
 def test_a_stopped_check_raises_at_its_next_draw_and_leaves_the_shared_draws_usable():
