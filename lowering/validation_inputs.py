@@ -77,7 +77,7 @@ class InputDraws:
 
     def _kept(self, key: tuple, seed: int, spec: dict[str, Any], draw, salt: int = 0) -> np.ndarray:
         if key not in self.arrays:
-            array = draw(_stream(seed, spec, salt), key[2])
+            array = np.asarray(draw(_stream(seed, spec, salt), key[2]))  # a scalar draw too
             array.flags.writeable = False
             self.arrays[key] = array
         return self.arrays[key]

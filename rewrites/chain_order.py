@@ -17,10 +17,10 @@ from functools import cache
 from typing import Any, Union
 
 import numpy as np
-from egglog import set_, union
 
-from rewrites.ingest import LoadedProgram, encode_typed, ivec
-from rewrites.terms import Term, dtype, shape
+from rewrites.direct import direct_union
+from rewrites.ingest import DTYPE, SHAPE, TERMS, LoadedProgram, encode_typed
+from rewrites.terms import Term
 
 PLAIN_MATMUL = [[[1], [0]], [[], []]]  # (m, k) @ (k, n): contract lhs dim 1 with rhs dim 0, no batch
 Order = Union[int, tuple["Order", "Order"]]  # a leaf index, or (left, right) multiplied
@@ -135,7 +135,7 @@ def seed_chain_orders(loaded: LoadedProgram, prices: Sequence[Callable[[dict, st
         built: dict[Order, tuple[Term, int, int]] = {}  # products two orders share are built once
         for order in dict.fromkeys(orders):
             term, _, _ = _build(loaded, chain, order, commands, built)
-            commands.append(union(loaded.env[chain.root]).with_(term))
+            commands.append(direct_union(loaded.env[chain.root], term))
     if commands:
         loaded.egraph.register(*commands)
     return chains
@@ -152,7 +152,7 @@ def _build(loaded: LoadedProgram, chain: Chain, order: Order, commands: list,
     (a, m, _), (b, _, n) = (_build(loaded, chain, side, commands, built) for side in order)
     eqn = {"op": "dot_general", "in": ["a", "b"], "params": chain.params,
            "out": [{"name": "ab", "shape": [m, n], "dtype": chain.dtype}]}
-    action, term = loaded.fresh_let(encode_typed(Term, eqn, [a, b], loaded.params))  # a tree, not nested
-    commands += [action, set_(shape(term)).to(ivec([m, n])), set_(dtype(term)).to(chain.dtype)]
+    action, term = loaded.fresh_let(encode_typed(TERMS, eqn, [a, b], loaded.params))  # a tree, not nested
+    commands += [action, SHAPE.set(term, to=[m, n]), DTYPE.set(term, to=chain.dtype)]
     built[order] = term, m, n
     return built[order]

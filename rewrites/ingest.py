@@ -12,15 +12,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from egglog import Action, EGraph, Vec, f64, i64, let, set_, union
+from egglog import Action, EGraph, Vec, let
 from egglog.declarations import LetRefDecl, TypedExprDecl
 from egglog.egraph import to_runtime_expr
 from egglog.runtime import RuntimeExpr
 
+from rewrites.direct import Direct, DirectConstructors, direct_union
 from rewrites.params import ParamsTable
-from rewrites.terms import (BINARY_OPS, REDUCE_OPS, UNARY_OPS, Term, dtype, float_bits, ivec, literal_value,
-                            output, shape, slot_hi, slot_lo)
+from rewrites.terms import (BINARY_OPS, REDUCE_OPS, UNARY_OPS, Term, dtype, float_bits, ivec, literal_value, output,
+                            shape, slot_hi, slot_lo)
 from wire.params import strip_none_defaults
+
+# Term's constructors and the analyses, built as declarations (rewrites/direct.py): ingest makes
+# thousands of them, and egglog-python's own call costs ~0.16 ms each.
+TERMS = DirectConstructors(Term)
+SHAPE, DTYPE, LITERAL_VALUE, SLOT_LO, SLOT_HI, OUTPUT = map(Direct, (shape, dtype, literal_value, slot_lo, slot_hi,
+                                                                       output))
 
 
 @dataclass
@@ -94,7 +101,7 @@ def _convert(T, args, p, table):
 def _concat(T, args, p, table):
     if set(p) != {"dimension"}:
         return None
-    return Term.concat(Vec[Term](*args), p["dimension"]) if T is Term else T.concat(args, p["dimension"])
+    return T.concat(list(args), p["dimension"])
 
 
 def _slice(T, args, p, table):
@@ -152,7 +159,7 @@ def _output_unions(loaded: list[tuple[list[Term], list[tuple[str, frozenset[str]
                 theirs is not None and theirs[0] != mine[0] and theirs[0] in mine[1]
                 for other, (_, their_values) in enumerate(loaded) if other != tag for theirs in [their_values[i]])
             if not holds_another:
-                unions.append(union(output(i)).with_(term))
+                unions.append(direct_union(OUTPUT(i), term))
     return unions
 
 
@@ -164,7 +171,7 @@ def _ungrouped_conv(eqn: dict[str, Any]) -> bool:
 
 
 def literal_term(lit: dict[str, Any]) -> Term:
-    return Term.lit(float_bits(float(lit["lit"])), lit["dtype"])  # float() also reads "nan"/"inf"
+    return TERMS.lit(float_bits(float(lit["lit"])), lit["dtype"])  # float() also reads "nan"/"inf"
 
 
 def literal_roundtrips(lit: dict[str, Any]) -> bool:
@@ -196,19 +203,19 @@ def _split(eqn: dict[str, Any], args: list[Term]) -> list[Term] | None:
         shape = list(out["shape"])
         lo = [start if d == axis else 0 for d in range(len(shape))]
         hi = [start + shape[d] if d == axis else shape[d] for d in range(len(shape))]
-        terms.append(Term.slice(args[0], ivec(lo), ivec(hi), ivec(())))
+        terms.append(TERMS.slice(args[0], lo, hi, ()))
         start += shape[axis]
     return terms
 
 
 def encode_eqn(eqn: dict[str, Any], args: list[Term], table: ParamsTable) -> list[Term]:
     """The terms for each output of one equation."""
-    term = encode_typed(Term, eqn, args, table)
+    term = encode_typed(TERMS, eqn, args, table)
     if term is not None:
         return [term]
     if eqn["op"] == "split" and (slices := _split(eqn, args)) is not None:
         return slices
-    return [Term.opaque(eqn["op"], _opaque_extra(eqn, table), Vec[Term](*args), i) for i in range(len(eqn["out"]))]
+    return [TERMS.opaque(eqn["op"], _opaque_extra(eqn, table), args, i) for i in range(len(eqn["out"]))]
 
 
 def _opaque_extra(eqn: dict[str, Any], table: ParamsTable, literals: list | None = None) -> int:
@@ -256,7 +263,7 @@ def ingest(program: dict[str, Any], alternatives: Sequence[dict[str, Any]] = ())
         lets.append(action)
         env[name] = ref
         if spec is not None:
-            analyses.extend([set_(shape(ref)).to(ivec(spec["shape"])), set_(dtype(ref)).to(spec["dtype"])])
+            analyses.extend([SHAPE.set(ref, to=spec["shape"]), DTYPE.set(ref, to=spec["dtype"])])
 
     literals: dict[tuple, Term] = {}
 
@@ -266,8 +273,8 @@ def ingest(program: dict[str, Any], alternatives: Sequence[dict[str, Any]] = ())
         key = (repr(arg["lit"]), arg["dtype"])
         if key not in literals:
             literals[key] = term = literal_term(arg)
-            analyses.extend([set_(shape(term)).to(ivec(())), set_(dtype(term)).to(arg["dtype"]),
-                             set_(literal_value(term)).to(f64(float(arg["lit"])))])
+            analyses.extend([SHAPE.set(term, to=()), DTYPE.set(term, to=arg["dtype"]),
+                             LITERAL_VALUE.set(term, to=float(arg["lit"]))])
         return literals[key]
 
     # Merge-candidate numbering (terms.slot_lo): matmuls sharing an operand get consecutive slots
@@ -291,14 +298,14 @@ def ingest(program: dict[str, Any], alternatives: Sequence[dict[str, Any]] = ())
             if isinstance(other, str) and levels.get(other, 0) >= run[1]:
                 run[0] += 1  # leave a gap: a new run
                 run[1] = level
-            slot = i64(run[0])
+            slot = run[0]
             run[0] += 1
             run[1] = min(run[1], level)
             ref = env[eqn["out"][0]["name"]]
-            analyses.extend([set_(slot_lo(key[0], ref)).to(slot), set_(slot_hi(key[0], ref)).to(slot)])
+            analyses.extend([SLOT_LO.set(key[0], ref, to=slot), SLOT_HI.set(key[0], ref, to=slot)])
 
     for i, spec in enumerate([*program["inputs"], *program.get("consts", [])]):
-        bind(spec["name"], Term.var(i), spec, f"x{i}")
+        bind(spec["name"], TERMS.var(i), spec, f"x{i}")
     leaves = dict(env)
     # An equation computing what one loaded before did (same op and params over the same terms:
     # mostly the alternatives' shared parts) is bound to that one's terms instead of new ones:
@@ -367,6 +374,6 @@ def ingest(program: dict[str, Any], alternatives: Sequence[dict[str, Any]] = ())
 def _opaque_with_literal_args(eqn: dict[str, Any], table: ParamsTable, env: dict[str, Term]) -> list[Term]:
     """An eqn with a literal Term.lit cannot hold keeps its literals in the params table instead."""
     extra = _opaque_extra(eqn, table, [[k, a] for k, a in enumerate(eqn["in"]) if not isinstance(a, str)])
-    args = Vec[Term](*(env[a] for a in eqn["in"] if isinstance(a, str)))
-    return [Term.opaque(eqn["op"], extra, args, i) for i in range(len(eqn["out"]))]
+    args = [env[a] for a in eqn["in"] if isinstance(a, str)]
+    return [TERMS.opaque(eqn["op"], extra, args, i) for i in range(len(eqn["out"]))]
 

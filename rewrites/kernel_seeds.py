@@ -12,25 +12,23 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from egglog import Vec, i64, union
-
-from rewrites.ingest import LoadedProgram, encode_typed, literal_roundtrips, literal_term
+from rewrites.direct import DirectConstructors, direct_union
+from rewrites.ingest import TERMS, LoadedProgram, encode_typed, literal_roundtrips, literal_term
 from rewrites.terms import Body, Term
+
+BODIES = DirectConstructors(Body)  # built as declarations (rewrites/direct.py), as ingest's terms are
 
 
 class BodyConstructors:
     """Body's constructors with `like` bound, so the ingest encoders build a kernel body's op
-    where they build a term; an op with no Body mirror (concat, opaque) raises AttributeError."""
+    where they build a term; an op with no Body mirror (opaque) raises AttributeError."""
 
     def __init__(self, like: Term):
         self.like = like
 
     def __getattr__(self, name: str):
-        build = getattr(Body, name)
+        build = getattr(BODIES, name)
         return lambda *args: build(*args, self.like)
-
-    def concat(self, parts: list[Body], dimension: int) -> Body:  # the encoder's parts, as a Vec here
-        return Body.concat(Vec[Body](*parts), dimension, self.like)
 
 
 @dataclass(frozen=True)
@@ -70,13 +68,13 @@ def seed_kernels(loaded: LoadedProgram, kernels: Sequence[tuple[Sequence[int], s
                 continue  # a lone op is its plain node already
             bodies = {n: b for _, n, b in run}
             (root, root_name), tees = written[-1], written[:-1]
-            root_body, tee_bodies = bodies[root_name], Vec[Body](*(bodies[n] for _, n in tees))
+            root_body, tee_bodies = bodies[root_name], [bodies[n] for _, n in tees]
             if tees:
-                commands.append(union(env[root_name]).with_(Term.kernel_tee(root_body, tee_bodies)))
-                commands += [union(env[n]).with_(Term.tee_out(root_body, tee_bodies, i64(k)))
+                commands.append(direct_union(env[root_name], TERMS.kernel_tee(root_body, tee_bodies)))
+                commands += [direct_union(env[n], TERMS.tee_out(root_body, tee_bodies, k))
                              for k, (_, n) in enumerate(tees)]
             else:
-                commands.append(union(env[root_name]).with_(Term.kernel(root_body)))
+                commands.append(direct_union(env[root_name], TERMS.kernel(root_body)))
             seeds.append(KernelSeed(program, root, tuple(i for i, _ in tees), frozenset(mine)))
         loaded.seeded[key] = seeds[first:]
     if commands:
@@ -98,8 +96,8 @@ def _runs_with_bodies(loaded: LoadedProgram, program: int, indices: Sequence[int
         eqn = eqns[index]
         body = None
         if len(eqn["out"]) == 1 and all(isinstance(a, str) or literal_roundtrips(a) for a in eqn["in"]):
-            args = [(inside[a] if a in inside else Body.arg(env[a])) if isinstance(a, str)
-                    else Body.arg(literal_term(a)) for a in eqn["in"]]
+            args = [(inside[a] if a in inside else BODIES.arg(env[a])) if isinstance(a, str)
+                    else BODIES.arg(literal_term(a)) for a in eqn["in"]]
             body = encode_typed(BodyConstructors(env[eqn["out"][0]["name"]]), eqn, args, table)
         if body is None:
             runs.append([])

@@ -1,0 +1,56 @@
+"""Expressions and actions built as declarations are the ones egglog-python's own calls build."""
+from __future__ import annotations
+
+import pytest
+from egglog import EGraph, Vec, f64, i64, set_, union
+
+from rewrites.direct import Direct, DirectConstructors, direct_union
+from rewrites.terms import Body, Term, dtype, ivec, literal_value, output, shape, slot_lo
+
+TERMS, BODIES = DirectConstructors(Term), DirectConstructors(Body)
+A, B = Term.var(0), Term.var(1)
+
+
+def _same(built, expected) -> bool:
+    return built.__egg_typed_expr__ == expected.__egg_typed_expr__
+
+
+@pytest.mark.parametrize("name, direct_args, egglog_args", [
+    ("var", (3,), (3,)),
+    ("lit", (-4616189618054758400, "float32"), (-4616189618054758400, "float32")),
+    ("flit", (0.5, "float32"), (f64(0.5), "float32")),
+    ("binary", ("add", A, B, 7), ("add", A, B, 7)),
+    ("dot", (A, B, [1], [0], [], [], 2), (A, B, ivec([1]), ivec([0]), ivec(()), ivec(()), 2)),
+    ("concat", ([A, B, A], 1), (Vec[Term](A, B, A), 1)),
+    ("opaque", ("sort", 5, [], 0), ("sort", 5, Vec[Term](), 0)),
+])
+def test_a_direct_term_is_the_one_egglog_python_builds(name, direct_args, egglog_args):
+    assert _same(getattr(TERMS, name)(*direct_args), getattr(Term, name)(*egglog_args))
+
+
+def test_a_direct_kernel_body_is_the_one_egglog_python_builds():
+    body = BODIES.binary("mul", BODIES.arg(A), BODIES.arg(B), 0, A)
+    expected = Body.binary("mul", Body.arg(A), Body.arg(B), 0, A)
+    assert _same(body, expected)
+    assert _same(TERMS.tee_out(body, [body], 1), Term.tee_out(expected, Vec[Body](expected), i64(1)))
+
+
+def test_direct_actions_are_the_set_and_union_egglog_python_builds():
+    assert Direct(shape).set(A, to=[4, 8]).action == set_(shape(A)).to(ivec([4, 8])).action
+    assert Direct(dtype).set(A, to="float32").action == set_(dtype(A)).to("float32").action
+    assert Direct(literal_value).set(A, to=2).action == set_(literal_value(A)).to(f64(2.0)).action
+    assert Direct(slot_lo).set("input", A, to=3).action == set_(slot_lo("input", A)).to(i64(3)).action
+    assert direct_union(Direct(output)(0), A).action == union(output(0)).with_(A).action
+
+
+def test_an_e_graph_takes_direct_actions_like_its_own():
+    egraph = EGraph()
+    term = TERMS.binary("add", TERMS.var(0), TERMS.var(1), 0)
+    egraph.register(Direct(shape).set(term, to=[2]), direct_union(Direct(output)(0), term))
+    egraph.check(shape(Term.binary("add", A, B, 0)) == ivec([2]))
+    egraph.check(output(0) == Term.binary("add", A, B, 0))
+
+
+def test_a_call_with_the_wrong_number_of_arguments_is_a_type_error():
+    with pytest.raises(TypeError, match="takes 7 arguments"):
+        TERMS.dot(A, B)
