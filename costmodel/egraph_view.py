@@ -169,6 +169,12 @@ def view_egraph(egraph: EGraph) -> EGraphView:
 
     classes: dict[str, EClass] = {}
     roots: dict[int, str] = {}
+
+    def eclass(cid: str) -> EClass:
+        if cid not in classes:  # made only when missing (setdefault would make one per node)
+            classes[cid] = EClass(cid)
+        return classes[cid]
+
     for node_id, node in nodes.items():
         op = node["op"]
         if op in ("Term.kernel", "Term.kernel_tee", "Term.tee_out"):
@@ -178,8 +184,7 @@ def view_egraph(egraph: EGraph) -> EGraphView:
                 # tee_out depends on the kernel that writes it, in the class of that kernel's body
                 children = (attrs[0].eclass,) if op == "Term.tee_out" else \
                     tuple(dict.fromkeys(c for b in kernel_roots(attrs) for c in b.reads))
-                classes.setdefault(cid, EClass(cid)).nodes.append(
-                    ENode(node_id, op[len(TERM_PREFIX):], cid, attrs, children))
+                eclass(cid).nodes.append(ENode(node_id, op[len(TERM_PREFIX):], cid, attrs, children))
         elif op.startswith(TERM_PREFIX):
             attrs, children = [], []
             for child in node["children"]:
@@ -191,8 +196,7 @@ def view_egraph(egraph: EGraph) -> EGraphView:
                 else:
                     attrs.append(value(child))
             cid = node["eclass"]
-            classes.setdefault(cid, EClass(cid)).nodes.append(
-                ENode(node_id, op[len(TERM_PREFIX):], cid, tuple(attrs), tuple(children)))
+            eclass(cid).nodes.append(ENode(node_id, op[len(TERM_PREFIX):], cid, tuple(attrs), tuple(children)))
     # An analysis value's class holds the analysis nodes plus the one primitive node of the value.
     value_nodes = {n["eclass"]: node_id for node_id, n in nodes.items() if n["op"] not in ANALYSES}
     for node in nodes.values():

@@ -263,7 +263,7 @@ def ingest(program: dict[str, Any], alternatives: Sequence[dict[str, Any]] = ())
         lets.append(action)
         env[name] = ref
         if spec is not None:
-            analyses.extend([SHAPE.set(ref, to=spec["shape"]), DTYPE.set(ref, to=spec["dtype"])])
+            analyses.extend([SHAPE.set(ref, to=ivec(spec["shape"])), DTYPE.set(ref, to=spec["dtype"])])
 
     literals: dict[tuple, Term] = {}
 
