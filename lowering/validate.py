@@ -36,7 +36,7 @@ from lowering.compare import bit_identical, informative, output_error, tolerance
 from lowering.kernels import output_avals
 from lowering.observability import change_shows
 from lowering.regions import Region, RegionPlan, cone, distinct_checks, find_regions
-from lowering.validation_inputs import TRIALS, InputDraws, nudged, nudges, random_inputs
+from lowering.validation_inputs import TRIALS, InputDraws, nudged, nudges, positive_inputs, random_inputs
 from lowering.widen import CannotWiden, float64_callable, widen
 from wire.execute import jitted_program
 
@@ -194,22 +194,23 @@ def checked_runs(reference: Callable[..., tuple[list, Any]], candidate: Callable
 
 
 def judge(program: dict[str, Any], dtypes: list[str], evaluate: Evaluate, verdict: Verdict,
-          trials: int, seed: int, draws: InputDraws | None) -> dict[str, Any]:
-    """Draw inputs for `program` (`DRAWS` in turn) until `trials` of them can tell, comparing the
-    candidate's outputs with the reference's (`evaluate`, see `checked_runs`)."""
+          trials: int, seed: int, draws: InputDraws | None, positive: frozenset[str] | None = None) -> dict[str, Any]:
+    """Draw inputs for `program` (`DRAWS` in turn; `positive` ones as `random_inputs` says) until
+    `trials` of them can tell, comparing the candidate's outputs with the reference's
+    (`evaluate`, see `checked_runs`)."""
     try:
-        return _judge(program, dtypes, evaluate, verdict, trials, seed, draws)
+        return _judge(program, dtypes, evaluate, verdict, trials, seed, draws, positive)
     except CannotWiden as err:
         return verdict.result("inconclusive", str(err))
 
 
 def _judge(program: dict[str, Any], dtypes: list[str], evaluate: Evaluate, verdict: Verdict,
-           trials: int, seed: int, draws: InputDraws | None) -> dict[str, Any]:
+           trials: int, seed: int, draws: InputDraws | None, positive: frozenset[str] | None) -> dict[str, Any]:
     nudge = min(NUDGE.get(d, DEFAULT_NUDGE) for d in dtypes) if dtypes else DEFAULT_NUDGE
     tolerances = [tolerance_for(d, "real") for d in dtypes]
     positions_only = set(range(len(dtypes)))  # outputs with no finite value on every draw that told so far
     for k, (scaled, contraction) in enumerate(DRAWS):
-        args = random_inputs(program, seed + k, scaled, draws, contraction)
+        args = random_inputs(program, seed + k, scaled, draws, contraction, positive)
         refs, results, moved = evaluate(args, nudges(program, seed + k, draws), nudge)
         errors = [output_error(r, c) for r, c in zip(refs, results)]
         spread = [output_error(r, m) for r, m in zip(refs, moved)]
@@ -325,4 +326,5 @@ def _run_regions(original: dict[str, Any], optimized: dict[str, Any], plan: Regi
     def regions(fed):
         return [out for (fn, _), region_inputs in zip(calls, fed) for out in fn(*region_inputs)]
 
-    return judge(needed, dtypes, checked_runs(original_side, regions), verdict, trials, seed, draws) | {"roots": roots}
+    return judge(needed, dtypes, checked_runs(original_side, regions), verdict, trials, seed, draws,
+                 positive_inputs(original)) | {"roots": roots}

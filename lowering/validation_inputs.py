@@ -39,6 +39,44 @@ def input_scales(program: dict[str, Any]) -> list[float]:
     return scales
 
 
+# Operands with no real result below zero. An input that reaches one only through views,
+# conversions, slices, and adding or scaling by a positive literal (a running variance plus epsilon)
+# is drawn positive, as a model's is: drawn normal, half its values would make NaNs that tell nothing.
+_POSITIVE_DOMAIN = frozenset(["sqrt", "rsqrt", "log"])
+_SIGN_KEEPING = frozenset(["broadcast_in_dim", "reshape", "squeeze", "expand_dims", "transpose",
+                           "convert_element_type", "copy", "slice"])
+
+
+def positive_inputs(program: dict[str, Any]) -> frozenset[str]:
+    """The float inputs of `program` that reach a sqrt, rsqrt or log operand with their sign kept."""
+    producer = {o["name"]: e for e in program["eqns"] for o in e["out"]}
+    inputs = {s["name"] for s in program["inputs"]}
+    stack = [e["in"][0] for e in program["eqns"] if e["op"] in _POSITIVE_DOMAIN and isinstance(e["in"][0], str)]
+    found, seen = set(), set()
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        eqn = producer.get(name)
+        if name in inputs:
+            found.add(name)
+        elif eqn is not None and eqn["op"] in _SIGN_KEEPING and isinstance(eqn["in"][0], str):
+            stack.append(eqn["in"][0])
+        elif eqn is not None and eqn["op"] in ("add", "mul") and len(eqn["in"]) == 2:
+            names, literals = [a for a in eqn["in"] if isinstance(a, str)], [a for a in eqn["in"] if isinstance(a, dict)]
+            if len(names) == 1 and literals and _positive_literal(literals[0]):
+                stack.append(names[0])
+    return frozenset(found)
+
+
+def _positive_literal(literal: dict[str, Any]) -> bool:
+    try:
+        return float(literal["lit"]) > 0
+    except (TypeError, ValueError):
+        return False
+
+
 class Stopped(Exception):
     """The check's draws were stopped: its verdict is no longer wanted."""
 
@@ -95,14 +133,16 @@ def _stream(seed: int, spec: dict[str, Any], salt: int = 0) -> np.random.Generat
 
 
 def random_inputs(program: dict[str, Any], seed: int, scaled: bool = False, draws: InputDraws | None = None,
-                  contraction: float = 1.0) -> list[np.ndarray]:
+                  contraction: float = 1.0, positive: frozenset[str] | None = None) -> list[np.ndarray]:
     """Seeded inputs: standard normal floats, with `scaled` divided by sqrt(fan-in) (`input_scales`),
     and every float multiplied by `contraction` (< 1 draws them toward zero, where recurrences and
-    saturating activations stop amplifying differences). Integers are small (valid as indices)."""
+    saturating activations stop amplifying differences); the `positive` ones (by default
+    `positive_inputs(program)`) are their absolute values. Integers are small (valid as indices)."""
     draws = draws or InputDraws()
     if draws.stopped.is_set():
         raise Stopped("the check was stopped: its verdict is no longer wanted")
     arrays = []
+    positive = positive_inputs(program) if positive is None else positive
     scales = input_scales(program) if scaled else [1.0] * len(program["inputs"])
     for spec, scale in zip(program["inputs"], scales):
         shape, dtype = tuple(spec["shape"]), jax.numpy.dtype(spec["dtype"])
@@ -112,7 +152,7 @@ def random_inputs(program: dict[str, Any], seed: int, scaled: bool = False, draw
         elif np.issubdtype(dtype, np.integer):
             arrays.append(_stream(seed, spec).integers(0, 4, shape).astype(dtype))
         elif dtype in (np.float32, np.float64):
-            normal = draws.normal(seed, spec)
+            normal = np.abs(draws.normal(seed, spec)) if spec["name"] in positive else draws.normal(seed, spec)
             arrays.append(normal if scale == 1.0 else normal * dtype.type(scale))
         elif np.issubdtype(dtype, np.complexfloating):
             stream = _stream(seed, spec)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import copy
 import json
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from wire_examples import two_regions
 
 from lowering.compare import bit_identical, output_error
 from lowering.validate import validate, validate_whole
-from lowering.validation_inputs import random_inputs
+from lowering.validation_inputs import positive_inputs, random_inputs
 from wire.capture import capture
 
 
@@ -239,3 +240,36 @@ def test_an_output_with_no_finite_value_beside_others_is_compared_by_its_positio
     result = validate_whole(program(False), program(True))
     assert result["status"] == "passed" and "outputs [1]" in result["reason"]
     assert validate_whole(program(False), program(True, wrong=True))["status"] == "failed"
+
+
+def _batch_norm(folded: bool, wrong: bool = False):
+    """Inference batch norm between two matmuls: as written, or with its scale folded into the
+    first weight (a NaN from one channel's variance spreads to every output through the second)."""
+    def fn(x, w, mean, var, gamma, beta):
+        scale = gamma * (jnp.sqrt(var + 1e-5) if wrong else jax.lax.rsqrt(var + 1e-5))
+        if folded:
+            return (x @ (w * scale) + (beta - mean * scale)) @ w
+        return ((x @ w - mean) * scale + beta) @ w
+    rng = np.random.default_rng(0)
+    vec = lambda: rng.normal(size=(16,)).astype(np.float32)
+    return capture(fn, rng.normal(size=(8, 16)).astype(np.float32), rng.normal(size=(16, 16)).astype(np.float32),
+                   vec(), np.abs(vec()), vec(), vec())
+
+
+def test_a_variance_feeding_rsqrt_is_drawn_positive_and_others_are_not():
+    program = _batch_norm(False)
+    names = [s["name"] for s in program["inputs"]]
+    assert positive_inputs(program) == {names[3]}
+    drawn = random_inputs(program, 0)
+    assert (drawn[3] > 0).all() and (drawn[2] < 0).any() and (drawn[4] < 0).any()
+
+
+def test_a_sign_flip_before_rsqrt_keeps_the_input_normal():
+    x = np.ones((16,), np.float32)
+    assert positive_inputs(capture(lambda v: jax.lax.rsqrt(-v + 1.0), x)) == frozenset()
+
+
+def test_a_batch_norm_folded_into_its_weight_passes_and_a_wrong_fold_fails():
+    original = _batch_norm(False)
+    assert validate(original, _batch_norm(True))["status"] == "passed"  # var drawn normal: inconclusive
+    assert validate(original, _batch_norm(True, wrong=True))["status"] == "failed"
