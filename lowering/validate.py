@@ -19,8 +19,9 @@ can (`find_regions`): each rewritten region of the optimized program runs on the
 original really feeds it, compared with the original's own value there; of regions that are the
 same check (an encoder's layers) the earliest runs, and a check that passed already on the same
 draws (an earlier candidate of the same search) is not run again. Where the regions do not pass,
-the whole programs run; a failed region is never overruled by a whole run that passes (deep programs can hide
-a wrong value, and the pairing of values is inferred): the verdict is then `inconclusive`.
+the whole programs run; a failed region is never overruled by a whole run that passes (deep
+programs can hide a wrong value, and the pairing of values is inferred): the verdict is then
+`inconclusive`.
 
 `exact` mode runs both programs in their declared types and requires bit-identical results.
 """

@@ -48,7 +48,7 @@ _SIGN_KEEPING = frozenset(["broadcast_in_dim", "reshape", "squeeze", "expand_dim
 
 
 def positive_inputs(program: dict[str, Any]) -> frozenset[str]:
-    """The float inputs of `program` that reach a sqrt, rsqrt or log operand with their sign kept."""
+    """The inputs of `program` that reach a sqrt, rsqrt or log operand with their sign kept."""
     producer = {o["name"]: e for e in program["eqns"] for o in e["out"]}
     inputs = {s["name"] for s in program["inputs"]}
     stack = [e["in"][0] for e in program["eqns"] if e["op"] in _POSITIVE_DOMAIN and isinstance(e["in"][0], str)]
@@ -64,7 +64,8 @@ def positive_inputs(program: dict[str, Any]) -> frozenset[str]:
         elif eqn is not None and eqn["op"] in _SIGN_KEEPING and isinstance(eqn["in"][0], str):
             stack.append(eqn["in"][0])
         elif eqn is not None and eqn["op"] in ("add", "mul") and len(eqn["in"]) == 2:
-            names, literals = [a for a in eqn["in"] if isinstance(a, str)], [a for a in eqn["in"] if isinstance(a, dict)]
+            names = [a for a in eqn["in"] if isinstance(a, str)]
+            literals = [a for a in eqn["in"] if isinstance(a, dict)]
             if len(names) == 1 and literals and _positive_literal(literals[0]):
                 stack.append(names[0])
     return frozenset(found)
@@ -157,8 +158,9 @@ def random_inputs(program: dict[str, Any], seed: int, scaled: bool = False, draw
         elif np.issubdtype(dtype, np.complexfloating):
             stream = _stream(seed, spec)
             arrays.append(((stream.normal(size=shape) + 1j * stream.normal(size=shape)) * scale).astype(dtype))
-        else:
-            arrays.append((_stream(seed, spec).normal(size=shape) * scale).astype(dtype))
+        else:  # other floats (bfloat16, float16), drawn in float64
+            values = _stream(seed, spec).normal(size=shape)
+            arrays.append(((np.abs(values) if spec["name"] in positive else values) * scale).astype(dtype))
     return arrays
 
 

@@ -127,7 +127,7 @@ class BackgroundValidation:
         plan = find_regions(self.algebraic, candidate) if started else None
         if plan is not None and not plan.regions:
             return self.jobs[-1].result()
-        if not self._shares_region_checks(candidate):
+        if not (started and self._shares_region_checks(candidate)):
             self.speculative.stop()  # of no use to this candidate: it gives the cores back at its next draw
         self.settle(wait=True)  # one validation at a time: they share the cores
         return validate(self.original, candidate, self.fp_mode, draws=self.draws, passed=self.passed)
