@@ -229,18 +229,19 @@ def _calibrate(args: argparse.Namespace) -> int:
     from costmodel.calibrate import calibrate, write_cpu_host_profile
     from service.optimizer.progress import listening, report
 
+    programs = [_checked_program(path) for path in args.check]  # a bad file fails before the measuring
     with _progress(args, "calibrate") as progress, listening(progress):
         report(stage=f"measuring this CPU ({args.seconds:g} s budget)")
         measured = calibrate(args.seconds)
         path = write_cpu_host_profile(measured, *([args.output] if args.output else []))
-        if args.check_models:
-            from bench.calibration import check_kernels
+        if programs:
+            from service.optimizer.kernel_check import check_kernels
 
-            report(stage=f"timing the kernels of {', '.join(args.check_models)}")
-            checked = check_kernels(args.check_models, str(path), passes=4, budget_per_kernel_s=args.check_seconds)
+            report(stage=f"timing the kernels of {', '.join(args.check)}")
+            checked = check_kernels(programs, str(path), passes=4, budget_per_kernel_s=args.check_seconds)
     if args.json:
         print(json.dumps({"measured": measured, "profile": str(path),
-                          "checked": checked if args.check_models else None}, indent=2))
+                          "checked": checked if programs else None}, indent=2))
         return EXIT_OK
     print(f"matmul        {measured['matmul']['flops_per_s'] / 1e9:.2f} GFLOP/s\n"
           f"vector        {measured['vector']['flops_per_s'] / 1e9:.2f} GFLOP/s, "
@@ -248,13 +249,24 @@ def _calibrate(args: argparse.Namespace) -> int:
           f"memory        {measured['memory']['hbm_bw_bytes_per_s'] / 1e9:.2f} GB/s\n"
           f"per call      {measured['overhead']['launch_overhead_s'] * 1e6:.2f} us\n"
           f"wrote         {path}")
-    if args.check_models:
+    if programs:
         for kind, what in (("baseline", "baseline kernels"), ("optimized", "optimized kernels")):
             k = checked[kind]
-            print(f"{what:<18}{k['kernels']} of {', '.join(args.check_models)}: Spearman {k['spearman']:.3f}, "
+            print(f"{what:<18}{k['kernels']} of {', '.join(args.check)}: Spearman {k['spearman']:.3f}, "
                   f"estimate/measured median {k['median_ratio_estimate_over_measured']:.2f} "
                   f"(p10 {k['ratio_p10']:.2f}, p90 {k['ratio_p90']:.2f})")
     return EXIT_OK
+
+
+def _checked_program(path: str) -> tuple[str, dict[str, Any], list[Any]]:
+    """A program to check the new profile on (a file `optu optimize` reads), type-checked, with
+    inputs drawn as validation draws them (scaled like an initialized network)."""
+    from lowering.validation_inputs import random_inputs
+    from wire.execute import typecheck
+
+    program = _load_request(path)["program"]
+    typecheck(program)
+    return path, program, random_inputs(program, 0, scaled=True)
 
 
 def _hardware(args: argparse.Namespace) -> int:
@@ -270,9 +282,6 @@ def _hardware(args: argparse.Namespace) -> int:
     for p in profiles:
         print(f"{p['name']:<{width}}  {p['description']}")
     return 0
-
-
-CALIBRATION_CHECK_MODELS = ("transformer_layer", "rnn_unrolled", "matmul_chain", "mlp_mixer_block")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -325,9 +334,10 @@ def build_parser() -> argparse.ArgumentParser:
     cal = commands.add_parser("calibrate", help="measure this CPU with JAX and write the cpu-host profile")
     cal.add_argument("--seconds", type=float, default=20, help="measurement budget, compile time excluded")
     cal.add_argument("--output", metavar="PATH", help="default: costmodel/profiles/cpu-host.toml")
-    cal.add_argument("--check-models", nargs="*", default=list(CALIBRATION_CHECK_MODELS), metavar="MODEL",
-                     help="zoo models whose kernels (as written in the baseline's groups, and as optimized) are "
-                          "timed against the new profile's estimates: rank correlation and scale; none: skip")
+    cal.add_argument("--check", nargs="*", default=[], metavar="FILE",
+                     help="programs (files `optu optimize` reads) whose kernels, as written in the baseline's "
+                          "groups and as optimized, are timed against the new profile's estimates: rank "
+                          "correlation and scale")
     cal.add_argument("--check-seconds", type=float, default=0.2, help="timing budget per checked kernel")
     cal.add_argument("--json", action="store_true", help="print the measurements and checks as JSON, no progress")
     cal.set_defaults(run=_calibrate)

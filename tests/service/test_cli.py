@@ -88,6 +88,15 @@ def test_invalid_json_is_one_line_naming_where_and_exit_2(tmp_path, capsys):
     assert err.count("\n") == 1 and "invalid JSON at line 1" in err
 
 
+def test_calibrate_checking_a_program_that_does_not_type_check_exits_2_before_measuring(tmp_path, capsys):
+    program = capture(_layer, *ARGS)
+    dot = next(i for i, e in enumerate(program["eqns"]) if e["op"] == "dot_general")
+    program["eqns"][dot]["out"][0]["shape"] = [8, 5]
+    profile = tmp_path / "cpu.toml"
+    assert main(["calibrate", "--output", str(profile), "--check", _write(tmp_path, "bad.json", program)]) == 2
+    assert capsys.readouterr().err.startswith(f"optu: eqn {dot}") and not profile.exists()
+
+
 def test_a_sweep_over_an_unknown_field_is_one_line_naming_it_and_exit_2(tmp_path, capsys):
     assert main(["sweep", _write(tmp_path, "p.json", capture(_layer, *ARGS)), "--param", "gemm.nope=1,2"]) == 2
     err = capsys.readouterr().err

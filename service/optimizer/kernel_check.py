@@ -1,0 +1,94 @@
+"""How well a hardware profile ranks and scales measured kernel times on programs of one's own.
+
+Each program is optimized on the profile; every per-call kernel of the optimized kernel program,
+and of the fair baseline's (the program as written, in its greedy fusion groups), becomes a
+sub-program (its equations; inputs: the values it reads, fed with the values the program computes
+from `values`; outputs: the values it writes), timed under jax.jit against the profile's estimate
+for it. Kernels are timed in interleaved passes (`costmodel.calibrate.time_probes`), so a slow spell
+of a shared machine costs one pass, not one kernel. The fit: Spearman rank correlation and the
+median (p10, p90) of estimate / measured, per kind of program.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+from scipy.stats import spearmanr
+
+from costmodel.calibrate import Probe, time_probes
+from costmodel.profile import load_profile
+from lowering.kernels import CONVENTIONAL, build_kernel_program
+from lowering.runnable import kernel_subprogram
+from service.optimizer.pipeline import baseline_program, optimize
+from wire.execute import program_to_callable
+
+KINDS = ("baseline", "optimized")  # the program as written in greedy groups; the optimizer's program
+PASSES = 8  # interleaved timing passes over all kernels
+BUDGET_PER_KERNEL_S = 0.4  # timing time per kernel, over all passes (compilation excluded)
+Checked = tuple[str, dict[str, Any], Sequence[Any]]  # (name, wire program, a value per program input)
+
+
+def program_kernels(name: str, program: dict[str, Any], values: Sequence[Any],
+                    profile_name: str) -> list[tuple[dict[str, Any], Probe]]:
+    """(row, probe) for each per-call kernel of `program` as written (in the fair baseline's greedy
+    groups) and as optimized on `profile_name`; the probe times the kernel on the values the
+    program computes from `values`."""
+    profile = load_profile(profile_name)
+    written = baseline_program(program)[0]
+    optimized = optimize(program, profile, {"validate": False})["program"]
+    found = []
+    for kind, source, kp in (("baseline", written, build_kernel_program(written, profile, CONVENTIONAL)),
+                             ("optimized", optimized, build_kernel_program(optimized, profile))):
+        env = dict(zip((i["name"] for i in source["inputs"]), values))
+        for phase, kernels in (("precompute", kp.precompute), ("per_call", kp.kernels)):
+            for kernel in kernels:
+                sub = kernel_subprogram(source, kernel)
+                run = program_to_callable(sub)
+                inputs = tuple(env[i["name"]] for i in sub["inputs"])
+                env.update(zip(sub["outputs"], run(*inputs)))
+                if phase == "per_call":
+                    found.append(({"model": name, "program": kind, "kernel": kernel.id, "kind": kernel.kind,
+                                   "ops": kernel.ops, "inputs": len(sub["inputs"]), "outputs": len(sub["outputs"]),
+                                   "bound": kernel.estimate.bound, "estimate_s": kernel.estimate.time_s},
+                                  Probe(run, inputs)))
+    return found
+
+
+def measure(programs: Sequence[Checked], profile_name: str, passes: int = PASSES,
+            budget_per_kernel_s: float = BUDGET_PER_KERNEL_S) -> list[dict[str, Any]]:
+    """Every per-call kernel of both kinds of each program, timed in interleaved passes."""
+    found = [item for name, program, values in programs for item in program_kernels(name, program, values,
+                                                                                    profile_name)]
+    probes = {str(i): probe for i, (_, probe) in enumerate(found)}
+    best = time_probes(probes, budget_per_kernel_s * len(probes), passes=passes)
+    rows = []
+    for i, (row, probe) in enumerate(found):
+        runs = probe.runs
+        rows.append({**row, "measured_s": best[str(i)], "pass_median_s": float(np.median(runs)),
+                     "pass_spread": max(runs) / min(runs)})
+    return rows
+
+
+def check_kernels(programs: Sequence[Checked], profile_name: str, passes: int = PASSES,
+                  budget_per_kernel_s: float = BUDGET_PER_KERNEL_S) -> dict[str, dict[str, Any]]:
+    """How well `profile_name` ranks and scales the measured kernels of each kind of program."""
+    return by_kind(measure(programs, profile_name, passes, budget_per_kernel_s), passes)
+
+
+def by_kind(kernels: list[dict[str, Any]], passes: int = PASSES) -> dict[str, dict[str, Any]]:
+    """`summarize` for each kind of program's kernels."""
+    return {kind: summarize([k for k in kernels if k["program"] == kind], passes) for kind in KINDS}
+
+
+def summarize(kernels: list[dict[str, Any]], passes: int = PASSES) -> dict[str, Any]:
+    """Spearman rank correlation of estimated and measured kernel times, and the fitted scale:
+    the median (p10, p90) of estimate / measured."""
+    est = np.array([k["estimate_s"] for k in kernels])
+    meas = np.array([k["measured_s"] for k in kernels])
+    rho, p_value = spearmanr(est, meas) if len(kernels) > 2 else (float("nan"), float("nan"))
+    ratios = est / meas if len(kernels) else np.array([float("nan")])
+    spread = [k["pass_spread"] for k in kernels]
+    return {"kernels": len(kernels), "spearman": float(rho), "p_value": float(p_value),
+            "passes": passes, "median_pass_spread": float(np.median(spread)) if spread else float("nan"),
+            "median_ratio_estimate_over_measured": float(np.median(ratios)),
+            "ratio_p10": float(np.percentile(ratios, 10)), "ratio_p90": float(np.percentile(ratios, 90))}
