@@ -1,5 +1,5 @@
 """The torch bench: each model of the torch zoo captured and optimized in-process; its estimate
-against the fair baseline; and CPU latency (median of 20) of the returned callable against torch
+against the fair baseline; and CPU latency (median of 200) of the returned callable against torch
 eager, torch.compile with inductor, and the exported core-ATen GraphModule run by torch (what an
 FX program emitted from the optimized one would cost to run). Writes bench/results/torch_zoo.json."""
 from __future__ import annotations
@@ -72,7 +72,7 @@ def table(rows: list[dict[str, Any]], meta: dict[str, Any], reps: int) -> str:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--models", nargs="*", default=list(ZOO), choices=list(ZOO))
-    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--reps", type=int, default=200)
     parser.add_argument("--time-limit-s", type=float, default=10)
     parser.add_argument("--output", type=Path, default=RESULTS)
     parser.add_argument("--no-readme", action="store_true")

@@ -4,6 +4,7 @@ weight-only work precomputed once). Torch is imported only when a torch object a
 from __future__ import annotations
 
 import sys
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import jax
@@ -15,7 +16,7 @@ from lowering.validate import Verdict, judge
 from lowering.validation_inputs import TRIALS, nudged
 from lowering.widen import Widened, widen
 from wire.execute import jitted_program
-from wire.precision import declared_precision
+from wire.precision import declares_64_bit
 from wire.torch_capture import TorchProgram, capture_exported, capture_torch, to_numpy
 
 
@@ -50,9 +51,14 @@ class TorchFunction:
 
     def __init__(self, program: dict[str, Any], captured: TorchProgram):
         self.program, self.in_spec, self.out_spec = program, captured.in_spec, captured.out_spec
-        with declared_precision(program):
+        # decided once: walking the program for its dtypes on every call cost more than the call's XLA run
+        self._x64 = declares_64_bit(program)
+        with self._precision():
             self._weights = [jax.numpy.asarray(w) for w in captured.weights]
         self._run = PrecomputedProgram.of(program) or jitted_program(program)
+
+    def _precision(self) -> AbstractContextManager:
+        return jax.enable_x64(True) if self._x64 else nullcontext()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         import torch
@@ -61,7 +67,7 @@ class TorchFunction:
         leaves, spec = _pytree.tree_flatten((args, kwargs))
         if spec != self.in_spec:
             raise TypeError(f"expected inputs structured as the example inputs ({self.in_spec}), got {spec}")
-        with declared_precision(self.program):  # torch's int64/float64 inputs cross as they are
+        with self._precision():  # torch's int64/float64 inputs cross as they are
             outs = self._run(*self._weights, *[_to_jax(x) for x in leaves])
         return _pytree.tree_unflatten([torch.from_dlpack(o) for o in outs], self.out_spec)
 
