@@ -21,7 +21,10 @@ _LITERALS = {"i64": int, "f64": float, "String": str, "Bool": bool}
 
 def _typed(tp: JustTypeRef, value: Any) -> TypedExprDecl:
     if isinstance(value, RuntimeExpr):
-        return value.__egg_typed_expr__
+        typed = value.__egg_typed_expr__
+        if typed.tp != tp:  # egglog-python's call raises here too: an encoder falls back on it
+            raise TypeError(f"expected a {tp}, got a {typed.tp}")
+        return typed
     if isinstance(value, (list, tuple)):  # a Vec argument, given as its items
         element, = tp.args
         return TypedExprDecl(tp, CallDecl(InitRef(tp.ident), tuple(_typed(element, v) for v in value), tp.args))
@@ -38,11 +41,11 @@ class Direct:
         self.tp = signature.semantic_return_type.to_just()
 
     def typed(self, *args: Any) -> TypedExprDecl:
+        if len(args) != len(self.arg_types):
+            raise TypeError(f"{self.ref} takes {len(self.arg_types)} arguments, not {len(args)}")
         return TypedExprDecl(self.tp, CallDecl(self.ref, tuple(map(_typed, self.arg_types, args))))
 
     def __call__(self, *args: Any) -> RuntimeExpr:
-        if len(args) != len(self.arg_types):
-            raise TypeError(f"{self.ref} takes {len(self.arg_types)} arguments, not {len(args)}")
         return RuntimeExpr.__from_values__(self.decls, self.typed(*args))
 
     def set(self, *args: Any, to: Any) -> Action:

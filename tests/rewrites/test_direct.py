@@ -51,6 +51,8 @@ def test_an_e_graph_takes_direct_actions_like_its_own():
     egraph.check(output(0) == Term.binary("add", A, B, 0))
 
 
-def test_a_call_with_the_wrong_number_of_arguments_is_a_type_error():
+def test_a_call_with_the_wrong_number_or_type_of_arguments_is_a_type_error():
     with pytest.raises(TypeError, match="takes 7 arguments"):
         TERMS.dot(A, B)
+    with pytest.raises(TypeError, match="expected a"):  # a term where a kernel body goes
+        BODIES.unary("neg", A, 0, A)
