@@ -20,10 +20,13 @@ def add_debug_routes(app: FastAPI, settings: Settings) -> None:
     def debug_program(body: DebugRequest) -> Any:
         """Per kernel of `optimized`: its error against the original values it stands for, the first
         kernel that diverges and the rewrites that shaped it; with `bisect_rules`, a minimal set of
-        rules whose application makes validation fail (the original re-optimized per subset, in-process)."""
+        rules whose application makes validation fail (the original re-optimized per subset, in-process,
+        within `bisect_time_limit_s`)."""
         original = program_within_limits(body.original, settings, "original")
         optimized = program_within_limits(body.optimized, settings, "optimized")
         return debug(original, optimized, body.kernels, body.rewrites,
                      resolve_hardware(body.hardware, settings.default_hardware),
                      request_options(body.options, settings), body.bisect_rules, body.seed,
-                     provenance=body.provenance)
+                     provenance=body.provenance,
+                     bisect_time_limit_s=min(body.bisect_time_limit_s or settings.max_time_limit_s,
+                                             settings.max_time_limit_s))

@@ -3,6 +3,7 @@ kernel against its original (lowering/kernel_debug.py), and the rules to blame f
 debugging over the rule set, each configuration re-optimized and validated (lowering/rule_bisect.py)."""
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -52,6 +53,9 @@ class DebugRequest(BaseModel):
     options: OptimizeOptions | None = Field(None, description="options for re-optimizing (bisect_rules)")
     bisect_rules: bool = Field(False, description="find a 1-minimal set of rules whose application makes "
                                                   "validation of the original's optimization fail")
+    bisect_time_limit_s: float | None = Field(None, gt=0, description="wall-time budget of the bisection (each "
+                                                                      "subset is a whole optimization); default "
+                                                                      "and cap: the server's maximum time limit")
     seed: int = Field(0, ge=0, description="seed of the input draw the kernels are compared on")
 
 
@@ -70,9 +74,11 @@ class KernelDebug(BaseModel):
 class Bisection(BaseModel):
     model_config = ConfigDict(extra="allow")
 
-    status: Literal["found", "not_failing"] = Field(description="found: `rules` make validation fail; "
-                                                                "not_failing: with every rule it does not fail")
-    rules: list[str] = Field(description="a 1-minimal set of rules whose application makes validation fail")
+    status: Literal["found", "time_limit", "not_failing"] = Field(
+        description="found: `rules` make validation fail, each one needed; time_limit: `rules` make it fail, "
+                    "but the budget ran out before every one was shown needed; not_failing: with every rule "
+                    "it does not fail")
+    rules: list[str] = Field(description="rules whose application makes validation fail (1-minimal when found)")
     configurations: int = Field(description="rule subsets optimized and validated")
     kernel: dict[str, Any] | None = Field(None, description="the first diverging kernel of the program optimized "
                                                             "with `rules` alone: the kernel they built")
@@ -92,9 +98,11 @@ def debug(original: dict[str, Any], optimized: dict[str, Any],
           kernels: list[dict[str, Any] | DebugKernelSpec] | None = None,
           rewrites: dict[str, int] | None = None, hardware: str | dict | HardwareProfile | None = None,
           options: OptimizeOptions | dict | None = None, bisect_rules: bool = False, seed: int = 0,
-          extra_rules: Sequence[NamedRule] = (), provenance: dict[str, str] | None = None) -> dict[str, Any]:
+          extra_rules: Sequence[NamedRule] = (), provenance: dict[str, str] | None = None,
+          bisect_time_limit_s: float | None = None) -> dict[str, Any]:
     """The debugger's report on `optimized` against `original`; WireError (a 422) naming the field
-    when their signatures differ. `extra_rules` join the optimizer's own (in-process only)."""
+    when their signatures differ. `extra_rules` join the optimizer's own (in-process only); the
+    bisection stops after `bisect_time_limit_s` (None: when it is done)."""
     check_signatures(original, optimized, ("original", "optimized"))
     if kernels is not None:
         kernels = [DebugKernelSpec.model_validate(k).model_dump() for k in kernels]
@@ -109,7 +117,7 @@ def debug(original: dict[str, Any], optimized: dict[str, Any],
         raise WireError(str(err), field="optimized") from None
     result = {**found, "validation": validate(original, optimized)}
     if bisect_rules:
-        result["bisection"] = bisect(original, hardware, options, extra_rules, seed)
+        result["bisection"] = bisect(original, hardware, options, extra_rules, seed, bisect_time_limit_s)
     return result
 
 
@@ -126,9 +134,12 @@ def _check_kernels(optimized: dict[str, Any], kernels: list[dict[str, Any]]) -> 
 
 
 def bisect(original: dict[str, Any], hardware: str | dict | HardwareProfile | None,
-           options: OptimizeOptions | dict | None, extra_rules: Sequence[NamedRule] = (), seed: int = 0) -> dict[str, Any]:
+           options: OptimizeOptions | dict | None, extra_rules: Sequence[NamedRule] = (), seed: int = 0,
+           time_limit_s: float | None = None) -> dict[str, Any]:
     """Delta debugging over the rules that fire when `original` is optimized: each subset is
-    optimized with only its rules (the others excluded through the options) and validated."""
+    optimized with only its rules (the others excluded through the options) and validated. After
+    `time_limit_s` no further subset is tried: the smallest failing one so far is the answer."""
+    deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
     options = OptimizeOptions.coerce(options).model_copy(update={"validate_result": False})
     extra = {r.name: r for r in extra_rules}
 
@@ -142,11 +153,13 @@ def bisect(original: dict[str, Any], hardware: str | dict | HardwareProfile | No
     fired = optimize(original, hardware, options, extra_rules)["report"]["rewrites"]
     candidates = [name for name in fired if name in ALGEBRA_RULE_NAMES or name in extra]
     try:
-        rules, tried = minimal_failing(candidates, fails)
+        rules, tried, minimal = minimal_failing(candidates, fails,
+                                                lambda: deadline is not None and time.monotonic() > deadline)
     except NotFailing:
         return {"status": "not_failing", "rules": [], "configurations": 1, "kernel": None}
     response = optimized_with(frozenset(rules))
     kernels = [*({**k, "precompute": True} for k in response["precompute_kernels"]), *response["kernels"]]
     built = debug_kernels(original, response["program"], kernels, response["report"]["rewrites"],
                           rule_patterns(extra_rules), seed, response["provenance"])
-    return {"status": "found", "rules": rules, "configurations": tried, "kernel": built["first_divergent"]}
+    return {"status": "found" if minimal else "time_limit", "rules": rules, "configurations": tried,
+            "kernel": built["first_divergent"]}

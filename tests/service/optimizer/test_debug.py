@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from rewrites.registry import NamedRule
 from rewrites.terms import Term
-from service.optimizer.debug import debug
+from service.optimizer.debug import bisect, debug
 from service.optimizer.pipeline import optimize
 from wire.capture import capture
 from wire.format import WireError
@@ -53,6 +53,13 @@ def test_the_debugger_names_the_unsound_rule_and_the_kernel_it_built():
     built = bisection["kernel"]
     assert "dot_general" in built["ops"] and "tanh" not in built["ops"]
     assert original["outputs"][1] in {o["stands_for"] for o in built["outputs"] if o["diverges"]}
+
+
+def test_a_bisection_out_of_time_answers_the_failing_rules_it_has_marked_time_limit():
+    original = capture(_layer, *ARGS)
+    found = bisect(original, "optu-v1", None, [TANH_IS_IDENTITY], time_limit_s=1e-9)  # the whole set, then stop
+    assert found["status"] == "time_limit" and found["configurations"] == 1
+    assert "test-tanh-is-identity" in found["rules"] and found["kernel"] is not None
 
 
 def test_programs_with_different_signatures_are_refused_naming_the_field():
