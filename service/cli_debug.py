@@ -26,11 +26,17 @@ def add_debug_command(commands: Any, exit_codes_help: str, load_request: Callabl
     dbg.add_argument("--bisect-rules", action="store_true",
                      help="re-optimize ORIGINAL with subsets of the rules that fire (delta debugging) to find a "
                           "minimal set whose application makes validation fail, and the kernel it builds")
+    dbg.add_argument("--bisect-seconds", type=float, metavar="S",
+                     help="budget of the bisection: then the smallest failing rule set so far is the answer "
+                          "(default: none in-process, the server's maximum time limit with --server)")
     dbg.add_argument("--hardware", metavar="NAME", help="profile name (default: ORIGINAL's, else the default)")
     dbg.add_argument("--seed", type=int, default=0, help="seed of the input draw the kernels are compared on")
     dbg.add_argument("--server", metavar="URL", help="POST to this server's /v1/debug instead of running in-process")
     dbg.add_argument("--json", action="store_true", help="print the whole report")
     dbg.set_defaults(run=lambda args: _debug(args, load_request(args.original)))
+
+
+BLAMED = ("found", "time_limit")  # bisection statuses that name rules making validation fail
 
 
 def _debug(args: argparse.Namespace, original: dict[str, Any]) -> int:
@@ -46,9 +52,9 @@ def _debug(args: argparse.Namespace, original: dict[str, Any]) -> int:
     report = debug_programs(original["program"], optimized.get("program", optimized), kernels=kernels,
                             rewrites=rewrites, provenance=provenance, server=args.server,
                             hardware=args.hardware or original.get("hardware"), options=original.get("options"),
-                            bisect_rules=args.bisect_rules, seed=args.seed)
+                            bisect_rules=args.bisect_rules, bisect_time_limit_s=args.bisect_seconds, seed=args.seed)
     print(json.dumps(report, indent=2) if args.json else debug_table(report))
-    blamed = (report.get("bisection") or {}).get("status") == "found"
+    blamed = (report.get("bisection") or {}).get("status") in BLAMED
     return EXIT_DIVERGES if report["first_divergent"] is not None or blamed else EXIT_OK
 
 
@@ -70,12 +76,13 @@ def debug_table(report: dict[str, Any]) -> str:
     lines.append(report["summary"])
     lines.append(f"validation: {report['validation']['status']}: {report['validation']['reason']}")
     bisection = report.get("bisection")
-    if bisection and bisection["status"] == "found":
+    if bisection and bisection["status"] in BLAMED:
         kernel = bisection["kernel"]
         built = (f"; they built kernel {kernel['id']} ({' -> '.join(kernel['ops'])})" if kernel
                  else "; with them alone no kernel diverges on this draw")
+        unfinished = ", out of time before each was shown needed" if bisection["status"] == "time_limit" else ""
         lines.append(f"bisect: {', '.join(bisection['rules']) or 'no rule (the failure needs none)'} make validation "
-                     f"fail ({bisection['configurations']} rule sets tried){built}")
+                     f"fail ({bisection['configurations']} rule sets tried{unfinished}){built}")
     elif bisection:
         lines.append("bisect: validation does not fail with every rule applied: no rule to blame")
     return "\n".join(lines)

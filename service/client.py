@@ -143,11 +143,15 @@ def debug_programs(original: dict[str, Any], optimized: dict[str, Any], *, kerne
                    rewrites: dict[str, int] | None = None, provenance: dict[str, str] | None = None,
                    server: str | None = None,
                    hardware: str | dict | None = None, options: dict[str, Any] | None = None,
-                   bisect_rules: bool = False, seed: int = 0, timeout: float = 600) -> dict[str, Any]:
+                   bisect_rules: bool = False, bisect_time_limit_s: float | None = None, seed: int = 0,
+                   timeout: float = 600) -> dict[str, Any]:
     """The /v1/debug report (service/optimizer/debug.py) on `optimized` against `original`: POSTed to
-    `server`, or run in-process; OptimizeError (422) naming the field when their signatures differ."""
+    `server`, or run in-process; OptimizeError (422) naming the field when their signatures differ.
+    The bisection's budget is `bisect_time_limit_s` (default: the server's maximum time limit; in
+    process, none)."""
     body = {"original": original, "optimized": optimized, "kernels": kernels, "rewrites": rewrites,
-            "provenance": provenance, "hardware": hardware, "options": options, "bisect_rules": bisect_rules, "seed": seed}
+            "provenance": provenance, "hardware": hardware, "options": options, "bisect_rules": bisect_rules,
+            "bisect_time_limit_s": bisect_time_limit_s, "seed": seed}
     if server is not None:
         return _post(server, body, timeout, "/v1/debug")
     from service.optimizer import debug  # in-process only, as for optimize
@@ -155,7 +159,8 @@ def debug_programs(original: dict[str, Any], optimized: dict[str, Any], *, kerne
     settings = get_settings()
     with _client_errors("debug"):
         return debug.debug(original, optimized, kernels, rewrites, resolve_hardware(hardware, settings.default_hardware),
-                           request_options(options, settings), bisect_rules, seed, provenance=provenance)
+                           request_options(options, settings), bisect_rules, seed, provenance=provenance,
+                           bisect_time_limit_s=bisect_time_limit_s)
 
 
 @contextmanager

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from service.cli import main
+from service.cli_debug import debug_table
 from service.http.settings import get_settings
 from wire.capture import capture
 
@@ -133,3 +134,12 @@ def test_debug_of_a_broken_program_exits_1_marking_the_kernel_that_computes_the_
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if "FIRST DIVERGENT" in line)
     assert "sin" in row and "validation: failed" in out
+
+
+def test_a_bisection_out_of_time_is_shown_as_rules_to_blame_not_as_no_failure():
+    report = {"kernels": [], "first_divergent": None, "summary": "every kernel agrees",
+              "validation": {"status": "failed", "reason": "output 0 differs"},
+              "bisection": {"status": "time_limit", "rules": ["mul-one", "add-zero"], "configurations": 3,
+                            "kernel": None}}
+    last = debug_table(report).splitlines()[-1]
+    assert last.startswith("bisect: mul-one, add-zero make validation fail") and "out of time" in last
