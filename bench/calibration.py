@@ -36,9 +36,7 @@ def zoo_programs(models: list[str]) -> list[Checked]:
     return found
 
 
-def extraction_comparison(name: str, hardware: str) -> dict[str, Any]:
-    fn, args = ZOO[name]()
-    program = capture(fn, *args, weight_argnums=WEIGHT_ARGNUMS[name])
+def extraction_comparison(name: str, program: dict[str, Any], hardware: str) -> dict[str, Any]:
     row: dict[str, Any] = {"model": name}
     for method in ("greedy", "ilp"):
         report = optimize(program, hardware, {"extraction": method, "validate": False})["report"]
@@ -83,9 +81,10 @@ def main() -> None:
     parser.add_argument("--no-readme", action="store_true")
     args = parser.parse_args()
     apply_measurement_settings()  # before any JAX computation creates the CPU client
-    kernels = measure(zoo_programs(args.models), args.profile)
+    programs = zoo_programs(args.models)
+    kernels = measure(programs, args.profile)
     per_model = {name: by_kind([k for k in kernels if k["model"] == name]) for name in args.models}
-    extraction = [extraction_comparison(name, args.hardware) for name in args.models]
+    extraction = [extraction_comparison(name, program, args.hardware) for name, program, _ in programs]
     summary = by_kind(kernels)
     publish(RESULTS, {"profile": args.profile, "machine": machine(), "summary": summary, "per_model": per_model,
                       "extraction": {"hardware": args.hardware, "models": extraction}, "kernels": kernels},

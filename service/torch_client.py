@@ -4,7 +4,6 @@ weight-only work precomputed once). Torch is imported only when a torch object a
 from __future__ import annotations
 
 import sys
-from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import jax
@@ -16,7 +15,7 @@ from lowering.validate import Verdict, judge
 from lowering.validation_inputs import TRIALS, nudged
 from lowering.widen import Widened, widen
 from wire.execute import jitted_program
-from wire.precision import declares_64_bit
+from wire.precision import declares_64_bit, x64_when
 from wire.torch_capture import TorchProgram, capture_exported, capture_torch, to_numpy
 
 
@@ -53,12 +52,9 @@ class TorchFunction:
         self.program, self.in_spec, self.out_spec = program, captured.in_spec, captured.out_spec
         # decided once: walking the program for its dtypes on every call cost more than the call's XLA run
         self._x64 = declares_64_bit(program)
-        with self._precision():
+        with x64_when(self._x64):
             self._weights = [jax.numpy.asarray(w) for w in captured.weights]
         self._run = PrecomputedProgram.of(program) or jitted_program(program)
-
-    def _precision(self) -> AbstractContextManager:
-        return jax.enable_x64(True) if self._x64 else nullcontext()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         import torch
@@ -67,7 +63,7 @@ class TorchFunction:
         leaves, spec = _pytree.tree_flatten((args, kwargs))
         if spec != self.in_spec:
             raise TypeError(f"expected inputs structured as the example inputs ({self.in_spec}), got {spec}")
-        with self._precision():  # torch's int64/float64 inputs cross as they are
+        with x64_when(self._x64):  # torch's int64/float64 inputs cross as they are
             outs = self._run(*self._weights, *[_to_jax(x) for x in leaves])
         return _pytree.tree_unflatten([torch.from_dlpack(o) for o in outs], self.out_spec)
 

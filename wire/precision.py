@@ -30,7 +30,13 @@ def declares_64_bit(program: Any) -> bool:
 def declared_precision(program: Any) -> AbstractContextManager:
     """A context in which JAX computes in the types `program` declares: x64 on for a program that
     declares a 64-bit type (JAX would otherwise narrow it to 32 bits), nothing otherwise."""
-    return jax.enable_x64(True) if declares_64_bit(program) else nullcontext()
+    return x64_when(declares_64_bit(program))
+
+
+def x64_when(sixty_four_bit: bool) -> AbstractContextManager:
+    """`declared_precision` for a program already known to declare a 64-bit type or not (a callable
+    that runs one program many times decides it once)."""
+    return jax.enable_x64(True) if sixty_four_bit else nullcontext()
 
 
 def in_declared_precision(program: Any, fn: Callable[..., Any]) -> Callable[..., Any]:
