@@ -229,12 +229,18 @@ def cone(program: dict[str, Any], outputs: list[str], fed: list[str] = (),
 def check_key(original: dict[str, Any], optimized: dict[str, Any], region: Region, plan: RegionPlan) -> str:
     """Regions with equal keys are the same check: the same optimized computation compared with the
     same original computation, from the same kind of values (an encoder's layers, say)."""
+    return region_signature(region.subprogram(optimized, plan.numbered)) + \
+        region_signature(original_side(original, region, plan))
+
+
+def original_side(original: dict[str, Any], region: Region, plan: RegionPlan) -> dict[str, Any]:
+    """The original's computation of the region's roots from the values fed to the region (its
+    inputs, in boundary order, ahead of the program inputs it still reads)."""
     fed = [o for _, o in region.boundary]
     numbered = plan.original_numbered
     fed_by_key = {numbered.key[o]: o for o in fed}
     alias = {n: fed_by_key[k] for n, k in numbered.key.items() if k in fed_by_key and n not in fed_by_key.values()}
-    original_side = cone(original, [o for o, _ in region.roots], fed, alias)
-    return region_signature(region.subprogram(optimized, plan.numbered)) + region_signature(original_side)
+    return cone(original, [o for o, _ in region.roots], fed, alias)
 
 
 def distinct_checks(original: dict[str, Any], optimized: dict[str, Any], plan: RegionPlan) -> dict[str, Region]:

@@ -15,8 +15,9 @@ inconclusive when too few draws could tell. Integer and
 boolean outputs compare exactly; complex ones on both parts.
 
 Big programs are mostly unchanged by the optimizer, so the check runs only what changed where it
-can (`find_regions`): each rewritten region of the optimized program runs on the values the
-original really feeds it, compared with the original's own value there; of regions that are the
+can (`find_regions`): the original runs in its declared types as far as the regions' inputs, and
+from the values it feeds them each rewritten region and the original's own computation of the
+same values run in float64 (sensitivity measured there too, on those values nudged); of regions that are the
 same check (an encoder's layers) the earliest runs, and a check that passed already on the same
 draws (an earlier candidate of the same search) is not run again. Where the regions do not pass,
 the whole programs run; a failed region is never overruled by a whole run that passes (deep
@@ -36,7 +37,7 @@ import numpy as np
 from lowering.compare import bit_identical, informative, output_error, tolerance_for
 from lowering.kernels import output_avals
 from lowering.observability import change_shows
-from lowering.regions import Region, RegionPlan, cone, distinct_checks, find_regions
+from lowering.regions import Region, RegionPlan, cone, distinct_checks, find_regions, original_side
 from lowering.validation_inputs import TRIALS, InputDraws, nudged, nudges, positive_inputs, random_inputs
 from lowering.widen import CannotWiden, float64_callable, widen
 from wire.execute import jitted_program
@@ -157,16 +158,19 @@ def validate_whole(original: dict[str, Any], optimized: dict[str, Any], fp_mode:
         reference, candidate = float64_callable(original), float64_callable(optimized)
     except (TypeError, ValueError) as err:
         return Verdict("float64", dtypes).result("inconclusive", f"the programs cannot be evaluated in float64: {err}")
-    evaluate = checked_runs(lambda *args: (reference(*args), args), lambda args: candidate(*args))
+    runs = checked_runs(lambda *args: (reference(*args), args), lambda args: candidate(*args))
+    evaluate = lambda args, draw, relative: runs(args, nudges(original, draw, draws), relative)
     return judge(original, dtypes, evaluate, Verdict("float64", dtypes), trials, seed, draws)
 
 
 Outputs = list[np.ndarray]
 # (inputs in their declared types, nudge directions, nudge) -> (reference's, candidate's, nudged reference's)
-Evaluate = Callable[[list[np.ndarray], list[np.ndarray | None], float], tuple[Outputs, Outputs, Outputs]]
+Runs = Callable[[list[np.ndarray], list[np.ndarray | None], float], tuple[Outputs, Outputs, Outputs]]
+# (inputs in their declared types, the draw's seed, nudge) -> (reference's, candidate's, nudged reference's)
+Evaluate = Callable[[list[np.ndarray], int, float], tuple[Outputs, Outputs, Outputs]]
 
 
-def checked_runs(reference: Callable[..., tuple[list, Any]], candidate: Callable[[Any], list]) -> Evaluate:
+def checked_runs(reference: Callable[..., tuple[list, Any]], candidate: Callable[[Any], list]) -> Runs:
     """`reference` (of widened inputs: the reference's outputs and what `candidate` reads) and
     `candidate` (its outputs), jitted once and called twice per draw: on the widened inputs, and on
     them nudged along their directions, where the candidate is skipped (a conditional, so the
@@ -212,7 +216,7 @@ def _judge(program: dict[str, Any], dtypes: list[str], evaluate: Evaluate, verdi
     positions_only = set(range(len(dtypes)))  # outputs with no finite value on every draw that told so far
     for k, (scaled, contraction) in enumerate(DRAWS):
         args = random_inputs(program, seed + k, scaled, draws, contraction, positive)
-        refs, results, moved = evaluate(args, nudges(program, seed + k, draws), nudge)
+        refs, results, moved = evaluate(args, seed + k, nudge)
         errors = [output_error(r, c) for r, c in zip(refs, results)]
         spread = [output_error(r, m) for r, m in zip(refs, moved)]
         # A draw where every output overflowed tells nothing (matching inf positions pass anything); one
@@ -307,25 +311,43 @@ def region_validate(original: dict[str, Any], optimized: dict[str, Any], plan: R
 
 def _run_regions(original: dict[str, Any], optimized: dict[str, Any], plan: RegionPlan, checks: list[Region],
                  trials: int, seed: int, draws: InputDraws | None) -> dict[str, Any]:
-    wanted = list(dict.fromkeys(o for r in checks for o in [*(o for o, _ in r.roots), *(o for _, o in r.boundary)]))
-    needed = cone(original, wanted)  # the original up to those regions, and only the inputs it reads
+    """The original runs in its declared types as far as the regions' inputs (its values there are
+    what the regions are fed, so their rounding is the program's own); from those values on, each
+    region and the original's computation of the same roots run in float64, and the original's
+    sensitivity is measured there, on the values fed to it nudged: rounding inside the region is
+    all that can separate a right rewrite from the original."""
+    draws = draws or InputDraws()
+    sides = [original_side(original, region, plan) for region in checks]
+    leaves = list(dict.fromkeys(spec["name"] for side in sides for spec in side["inputs"]))
+    program_inputs = {spec["name"] for spec in original["inputs"]}
+    computed = [name for name in leaves if name not in program_inputs]
+    needed, prefix = cone(original, leaves), cone(original, computed)  # what the check draws; what runs first
     roots = [o for region in checks for o, _ in region.roots]
     dtypes = [plan.original_numbered.aval[o][1] for o in roots]
     verdict = Verdict("regions", dtypes)
     try:
-        run_original = float64_callable(needed)
+        run_prefix = jitted_program(prefix)
+        references = [(float64_callable(side), [spec["name"] for spec in side["inputs"]]) for side in sides]
         calls = [(float64_callable(region.subprogram(optimized, plan.numbered)), region) for region in checks]
     except (TypeError, ValueError) as err:
         return verdict.result("inconclusive", f"the regions cannot be evaluated in float64: {err}", roots=roots)
-    inputs = [s["name"] for s in needed["inputs"]]
 
-    def original_side(*args):  # the original's values at the roots, and those the regions are fed
-        values = dict(zip(inputs, args))
-        values.update(zip(wanted, run_original(*args)))
-        return [values[o] for o in roots], [[values[o] for _, o in region.boundary] for _, region in calls]
+    def original_sides(*leaf_values):  # the original's values at the roots, and those the regions are fed
+        values = dict(zip(leaves, leaf_values))
+        refs = [out for fn, names in references for out in fn(*(values[n] for n in names))]
+        return refs, [[values[o] for _, o in region.boundary] for _, region in calls]
 
     def regions(fed):
         return [out for (fn, _), region_inputs in zip(calls, fed) for out in fn(*region_inputs)]
 
-    return judge(needed, dtypes, checked_runs(original_side, regions), verdict, trials, seed, draws,
-                 positive_inputs(original)) | {"roots": roots}
+    runs = checked_runs(original_sides, regions)
+    specs = [{"name": name, "shape": list(plan.original_numbered.aval[name][0]),
+              "dtype": plan.original_numbered.aval[name][1]} for name in leaves]
+
+    def evaluate(args: list[np.ndarray], draw: int, relative: float):
+        values = dict(zip((spec["name"] for spec in needed["inputs"]), args))
+        if computed:
+            values.update(zip(computed, run_prefix(*(values[spec["name"]] for spec in prefix["inputs"]))))
+        return runs([values[name] for name in leaves], nudges({"inputs": specs}, draw, draws), relative)
+
+    return judge(needed, dtypes, evaluate, verdict, trials, seed, draws, positive_inputs(original)) | {"roots": roots}

@@ -80,6 +80,21 @@ def test_the_same_rewrite_passes_where_the_original_is_stable():
     assert result["max_rel_error"] < 1e-9  # evaluated in float64, the two agree far below float32's rounding
 
 
+def _scaled_after_chaos(scale):
+    return lambda x: _logistic(40, False)(x) * scale if scale != 4.0 else _logistic(40, False)(x) / 4.0
+
+
+def test_a_rewritten_region_behind_a_chaotic_prefix_is_judged_on_its_own_sensitivity():
+    # only the last step is rewritten (x/4 -> x*0.25): the values the chaotic map feeds it are the
+    # program's own, and the region is stable under a nudge of them, so its check can tell
+    x = np.full((64,), 0.3, np.float32)
+    original = capture(_scaled_after_chaos(4.0), x)
+    result = validate(original, capture(_scaled_after_chaos(0.25), x))
+    assert result["status"] == "passed" and result["criterion"] == "regions" and result["trials"] == 2
+    # a wrong last step fails its region; the whole programs cannot tell, so it is not passed either
+    assert validate(original, capture(_scaled_after_chaos(0.3), x))["status"] == "inconclusive"
+
+
 def _rnn(negated: bool):
     def fn(x, w, u):  # a recurrent gain of 8: chaotic at standard-normal weights
         h = jnp.zeros((x.shape[1], w.shape[1]), x.dtype)
