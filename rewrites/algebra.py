@@ -2,9 +2,8 @@
 associativity, distributivity, constant folding and strength reduction."""
 from __future__ import annotations
 
-from egglog import String, Vec, eq, f64, i64, ne, relation, rewrite, rule, set_, union, var, vars_
+from egglog import String, eq, f64, i64, ne, relation, rewrite, rule, set_, union, var, vars_
 
-from rewrites.analysis import typed
 from rewrites.params import NO_PARAMS
 from rewrites.registry import Family
 from rewrites.terms import Term, dtype, float_bits, literal_value, shape
@@ -12,17 +11,20 @@ from rewrites.terms import Term, dtype, float_bits, literal_value, shape
 ALGEBRA = Family("algebra")
 
 x = var("x", Term)
-a, b, c, outer = vars_("a b c outer", Term)
+a, b, c = vars_("a b c", Term)
 d, dt = vars_("d dt", String)
 e, e2 = vars_("e e2", i64)
 va, vb = vars_("va vb", f64)
-sa, sb, sc = vars_("sa sb sc", Vec[i64])
 NONE = i64(NO_PARAMS)
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
 def binary(op: str, lhs: Term, rhs: Term, extra=NONE) -> Term:
     return Term.binary(op, lhs, rhs, extra)
+
+
+def neg(x: Term) -> Term:
+    return Term.unary("neg", x, NONE)
 
 
 def lit(value: float) -> Term:
@@ -57,26 +59,18 @@ ALGEBRA.add("exp-log", "real",
 ALGEBRA.add("add-comm", "exact", rewrite(binary("add", a, b, e)).to(binary("add", b, a, e)), throttled=True)
 ALGEBRA.add("mul-comm", "exact", rewrite(binary("mul", a, b, e)).to(binary("mul", b, a, e)), throttled=True)
 for _op in ("add", "mul"):
-    # (a+b)+c -> a+(b+c); guard: b and c of one shape, so b+c has it (no implicit broadcast).
-    ALGEBRA.add(f"{_op}-assoc", "real",
-                rule(eq(outer).to(binary(_op, binary(_op, a, b, e), c, e)), eq(sb).to(shape(b)),
-                     eq(sb).to(shape(c)), eq(dt).to(dtype(b)))
-                .then(union(outer).with_(binary(_op, a, binary(_op, b, c, e), e)),
-                      *typed(binary(_op, b, c, e), sb, dt)),
-                throttled=True)
+    # (a+b)+c -> a+(b+c); guard: b and c of one shape (no implicit broadcast)
+    ALGEBRA.add(f"{_op}-assoc", "real", rewrite(binary(_op, binary(_op, a, b, e), c, e))
+                .to(binary(_op, a, binary(_op, b, c, e), e), eq(shape(b)).to(shape(c))), throttled=True)
 
 # --- Distributivity, both ways.
 # a*b + a*c -> a*(b+c); guard: b, c of one shape
-ALGEBRA.add("factor-mul-add", "real",
-            rule(eq(outer).to(binary("add", binary("mul", a, b, e), binary("mul", a, c, e2))),
-                 eq(sb).to(shape(b)), eq(sb).to(shape(c)), eq(dt).to(dtype(b)))
-            .then(union(outer).with_(binary("mul", a, binary("add", b, c))), *typed(binary("add", b, c), sb, dt)))
-# a*(b+c) -> a*b + a*c; guard: all of one shape, so each product has it
-ALGEBRA.add("expand-mul-add", "real",
-            rule(eq(outer).to(binary("mul", a, binary("add", b, c, e2), e)), eq(sa).to(shape(a)),
-                 eq(sa).to(shape(b)), eq(sa).to(shape(c)), eq(dt).to(dtype(a)))
-            .then(union(outer).with_(binary("add", binary("mul", a, b, e), binary("mul", a, c, e))),
-                  *typed(binary("mul", a, b, e), sa, dt), *typed(binary("mul", a, c, e), sa, dt)))
+ALGEBRA.add("factor-mul-add", "real", rewrite(binary("add", binary("mul", a, b, e), binary("mul", a, c, e2)))
+            .to(binary("mul", a, binary("add", b, c)), eq(shape(b)).to(shape(c))))
+# a*(b+c) -> a*b + a*c; guard: all of one shape
+ALGEBRA.add("expand-mul-add", "real", rewrite(binary("mul", a, binary("add", b, c, e2), e))
+            .to(binary("add", binary("mul", a, b, e), binary("mul", a, c, e)), eq(shape(a)).to(shape(b)),
+                eq(shape(a)).to(shape(c))))
 
 # --- Scalar constant folding. Exact for float32/float64: the double result rounded once to the
 # dtype is the correctly rounded result (a double has more than 2p+2 bits for p = 24).
@@ -90,38 +84,26 @@ for _op, _fold in (("add", va + vb), ("sub", va - vb), ("mul", va * vb)):
     for _dtype in ("float32", "float64"):
         # lit(a) op lit(b) -> lit(a op b); guard: a nonzero result (the sign of a zero is lost)
         ALGEBRA.add(f"fold-{_op}", "exact",
-                    rule(eq(outer).to(binary(_op, a, b, e)), eq(va).to(literal_value(a)),
-                         eq(vb).to(literal_value(b)), eq(d).to(dtype(outer)), eq(d).to(String(_dtype)),
-                         ne(_fold).to(f64(0.0)))
-                    .then(union(outer).with_(Term.flit(_fold, d))))
+                    rewrite(binary(_op, a, b, e)).to(Term.flit(_fold, d), eq(va).to(literal_value(a)),
+                                                     eq(vb).to(literal_value(b)), eq(d).to(dtype(a)),
+                                                     eq(d).to(String(_dtype)), ne(_fold).to(f64(0.0))))
 for _dtype in FLOAT_DTYPES:
     # x / c -> x * (1/c); guards: c != 0 and 1/c != 0 (zeros lose their sign as f64 values),
     # and a float dtype (integer division truncates). Real: 1/c is rounded.
-    ALGEBRA.add("div-by-constant", "real",
-                rule(eq(outer).to(binary("div", x, b, e)), eq(vb).to(literal_value(b)), ne(vb).to(f64(0.0)),
-                     ne(f64(1.0) / vb).to(f64(0.0)), eq(d).to(dtype(b)), eq(d).to(String(_dtype)))
-                .then(union(outer).with_(binary("mul", x, Term.flit(f64(1.0) / vb, d))),
-                      *typed(Term.flit(f64(1.0) / vb, d), Vec[i64](), d)))
+    ALGEBRA.add("div-by-constant", "real", rewrite(binary("div", x, b, e))
+                .to(binary("mul", x, Term.flit(f64(1.0) / vb, d)), eq(vb).to(literal_value(b)), ne(vb).to(f64(0.0)),
+                    ne(f64(1.0) / vb).to(f64(0.0)), eq(d).to(dtype(b)), eq(d).to(String(_dtype))))
 
 # --- Signs, powers, roots, selects.
 # (-a)*b -> -(a*b); real: equal values, but the sign of a nan result may differ
-ALGEBRA.add("neg-mul", "real",
-            rule(eq(outer).to(binary("mul", Term.unary("neg", a, e2), b, e)), eq(sc).to(shape(outer)),
-                 eq(dt).to(dtype(outer)))
-            .then(union(outer).with_(Term.unary("neg", binary("mul", a, b, e), NONE)),
-                  *typed(binary("mul", a, b, e), sc, dt)))
+ALGEBRA.add("neg-mul", "real", rewrite(binary("mul", neg(a), b, e)).to(neg(binary("mul", a, b, e))))
 # a - b -> a + (-b): IEEE subtraction is defined that way
-ALGEBRA.add("sub-to-add-neg", "exact",
-            rule(eq(outer).to(binary("sub", a, b, e)), eq(sb).to(shape(b)), eq(dt).to(dtype(b)))
-            .then(union(outer).with_(binary("add", a, Term.unary("neg", b, NONE))),
-                  *typed(Term.unary("neg", b, NONE), sb, dt)))
+ALGEBRA.add("sub-to-add-neg", "exact", rewrite(binary("sub", a, b, e)).to(binary("add", a, neg(b))))
 ALGEBRA.add("pow-two", "exact", rewrite(Term.integer_pow(x, 2)).to(binary("mul", x, x)))  # x**2 -> x*x
 ALGEBRA.add("square-to-mul", "exact", rewrite(Term.unary("square", x, e)).to(binary("mul", x, x)))  # x² -> x*x
 # rsqrt(x) -> 1/sqrt(x); real: two roundings instead of one
-ALGEBRA.add("rsqrt-to-div-sqrt", "real",
-            rule(eq(outer).to(Term.unary("rsqrt", x, e)), eq(sa).to(shape(x)), eq(dt).to(dtype(x)))
-            .then(union(outer).with_(binary("div", Term.flit(f64(1.0), dt), Term.unary("sqrt", x, e))),
-                  *typed(Term.unary("sqrt", x, e), sa, dt), *typed(Term.flit(f64(1.0), dt), Vec[i64](), dt)))
+ALGEBRA.add("rsqrt-to-div-sqrt", "real", rewrite(Term.unary("rsqrt", x, e))
+            .to(binary("div", Term.flit(f64(1.0), dt), Term.unary("sqrt", x, e)), eq(dt).to(dtype(x))))
 # sqrt(x*x) -> abs(x); real: x*x may overflow
 ALGEBRA.add("sqrt-of-square", "real",
             rewrite(Term.unary("sqrt", binary("mul", x, x, e2), e)).to(Term.unary("abs", x, NONE)))

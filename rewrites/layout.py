@@ -7,7 +7,7 @@ import operator
 
 from egglog import String, Vec, eq, f64, i64, rewrite, rule, union, var, vars_
 
-from rewrites.analysis import MAX_RANK, iota, typed, zeros
+from rewrites.analysis import MAX_RANK, iota, zeros
 from rewrites.params import NO_PARAMS
 from rewrites.registry import Family
 from rewrites.terms import Term, dtype, shape
@@ -94,10 +94,9 @@ for n in range(1, MAX_RANK + 1):
     # reduce_sum(broadcast(scalar x), all axes) -> x * size; real: a sum of copies vs one product
     size = f64.from_i64(functools.reduce(operator.mul, (s[i64(k)] for k in range(n))))
     LAYOUT.add("reduce-sum-of-broadcast", "real",
-               rule(eq(outer).to(Term.reduce("reduce_sum", Term.broadcast(x, s, Vec[i64](), e2), iota(n), e)),
-                    eq(s.length()).to(i64(n)), eq(d).to(dtype(x)), eq(d).to(String("float32")))
-               .then(union(outer).with_(Term.binary("mul", x, Term.flit(size, d), NONE)),
-                     *typed(Term.flit(size, d), Vec[i64](), d)))
+               rewrite(Term.reduce("reduce_sum", Term.broadcast(x, s, Vec[i64](), e2), iota(n), e))
+               .to(Term.binary("mul", x, Term.flit(size, d), NONE), eq(s.length()).to(i64(n)), eq(d).to(dtype(x)),
+                   eq(d).to(String("float32"))))
 # copy(x) -> x, stop_gradient(x) -> x: identities of the forward computation (gradients are
 # already equations of the program by the time it reaches the optimizer)
 LAYOUT.add("copy-identity", "exact", rewrite(Term.unary("copy", x, e)).to(x),

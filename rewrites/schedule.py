@@ -21,6 +21,7 @@ from rewrites.layout import LAYOUT
 from rewrites.matmul import MATMUL
 from rewrites.merge import MERGE
 from rewrites.registry import FpMode, NamedRule, rule_names_by_decl
+from rewrites.shapes import SHAPES
 
 SINGLE_PATTERN = [ALGEBRA, LAYOUT, MATMUL, IDIOMS]
 MULTI_PATTERN = [MERGE]  # merges run a bounded number of rounds: they feed on their own output
@@ -29,6 +30,7 @@ _RULE_NAMES = rule_names_by_decl([*ALL_FAMILIES, FUSION])
 ALGEBRA_RULE_NAMES = frozenset(r.name for f in ALL_FAMILIES for r in f.rules)  # what a request may exclude
 
 
+TYPE_NEW_TERMS = run(SHAPES).saturate()
 AfterStep = Callable[["SaturationReport"], None]
 
 
@@ -148,6 +150,7 @@ def saturate(egraph: EGraph, schedule: Schedule, budget: Budget,
     each iteration and fusion round (progress; an exception from it stops the run there)."""
     report, fired, start = SaturationReport(), Counter(), time.perf_counter()
     durations: list[float] = []
+    egraph.run(TYPE_NEW_TERMS)  # learns the program's result dtypes (`result_dtype`) before any rule reads them
     sizes = [term_enodes(egraph)]
     for iteration in range(budget.iter_limit + 1):
         if iteration == budget.iter_limit:
@@ -171,6 +174,7 @@ def saturate(egraph: EGraph, schedule: Schedule, budget: Budget,
             result = egraph.run(step)
             changed |= result.updated
             _record(result, fired, schedule.rule_names)
+            egraph.run(TYPE_NEW_TERMS)  # before the next step's guards read them
         report.iterations = iteration + 1
         report.enodes = term_enodes(egraph)
         after_step(report)

@@ -16,6 +16,9 @@ Cost = Literal["gemm", "vector", "move", "free", "loop", "host"]
 # How the e-graph language holds it: a typed unary, binary or reduce term; anything else is its
 # own constructor or an opaque node.
 TermForm = Literal["unary", "binary", "reduce"] | None
+# An elementwise result's dtype: the operands' own, bool (comparisons), or the real type of a
+# complex operand (abs).
+DtypeRule = Literal["operands", "bool", "real"]
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,7 @@ class Primitive:
     pure: bool = True
     term: TermForm = None
     none_params: tuple[str, ...] = ()
+    dtype_rule: DtypeRule = "operands"
     bodies: tuple[tuple[str, str | None], ...] = ()  # (param holding a nested program, its consts-count param)
 
 
@@ -39,13 +43,15 @@ _GEMM_NONE = ("out_sharding", "precision", "preferred_element_type")
 PRIMITIVES: dict[str, Primitive] = {p.name: p for p in [
     *_group("dot_general conv_general_dilated", "gemm", "gemm", none_params=_GEMM_NONE),
     # elementwise on the vector unit, one operand
-    *_group("neg abs sign floor ceil erf erfc erf_inv not is_finite square", "elementwise", "vector", term="unary"),
+    *_group("neg sign floor ceil erf erfc erf_inv not square", "elementwise", "vector", term="unary"),
+    Primitive("abs", "elementwise", "vector", term="unary", dtype_rule="real"),
+    Primitive("is_finite", "elementwise", "vector", term="unary", dtype_rule="bool"),
     *_group("exp exp2 log log1p expm1 tanh logistic sin cos tan sqrt rsqrt cbrt", "elementwise", "vector",
             term="unary", none_params=_ACCURACY),
     Primitive("reciprocal", "elementwise", "vector", pure=False, term="unary"),
     # elementwise on the vector unit, two operands (size-1 and rank-0 operands broadcast)
-    *_group("add sub div max min pow rem atan2 nextafter eq ne lt le gt ge and or xor", "elementwise", "vector",
-            term="binary"),
+    *_group("add sub div max min pow rem atan2 nextafter and or xor", "elementwise", "vector", term="binary"),
+    *_group("eq ne lt le gt ge", "elementwise", "vector", term="binary", dtype_rule="bool"),
     Primitive("mul", "elementwise", "vector", term="binary", none_params=("out_dtype",)),
     *_group("select_n integer_pow clamp round reduce_precision", "elementwise", "vector"),
     Primitive("convert_element_type", "elementwise", "vector", none_params=("sharding",)),

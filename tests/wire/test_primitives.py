@@ -10,7 +10,7 @@ from costmodel.op_cost import FREE_OPS, GEMM_OPS, op_cost
 from costmodel.profile import load_profile
 from rewrites.terms import BINARY_OPS, REDUCE_OPS, UNARY_OPS
 from wire.capture import capture
-from wire.execute import primitive_table
+from wire.execute import primitive_table, typecheck
 from wire.primitives import GEMMS, PRIMITIVES, PURE, names, nested_programs
 
 
@@ -58,3 +58,20 @@ def test_a_primitive_outside_the_table_is_opaque():
     assert list(nested_programs(unknown)) == []
     cost = op_cost(load_profile("optu-v1"), "my_custom_call", {}, [((8,), "float32")], ((8,), "float32"))
     assert cost.kind == "host"
+
+
+def test_each_elementwise_dtype_rule_is_jaxs():
+    # the e-graph's type analysis (rewrites/shapes.py) gives a new term the dtype its table entry names
+    logical = {"not", "and", "or", "xor"}
+    checked = 0
+    for name in sorted((names(term="unary") | names(term="binary")) & set(primitive_table())):
+        entry = PRIMITIVES[name]
+        operand = "int32" if name in logical else "complex64" if entry.dtype_rule == "real" else "float32"
+        result = {"operands": operand, "bool": "bool", "real": "float32"}[entry.dtype_rule]
+        args = [f"a{k}" for k in range(1 if entry.term == "unary" else 2)]
+        typecheck({"format": "optu.jaxpr/v1", "inputs": [{"name": a, "shape": [3], "dtype": operand} for a in args],
+                   "consts": [], "eqns": [{"op": name, "in": args, "params": {},
+                                           "out": [{"name": "out", "shape": [3], "dtype": result}]}],
+                   "outputs": ["out"]})
+        checked += 1
+    assert checked >= 40

@@ -1,0 +1,92 @@
+"""The shape and dtype analysis: a term a rule builds takes its shape and dtype from its operands by
+JAX's own shape rules, so a rule states only its identity. Ingest types every term it loads from
+the program's avals; these rules type the forms rules build (elementwise ops, literals, 2-D and
+batched matmuls, transposes, broadcasts, reshapes, conversions, two-part concatenations), and
+agree with ingest wherever both apply (a disagreement is a union of two types: egglog panics)."""
+from __future__ import annotations
+
+from egglog import String, StringLike, Vec, eq, f64, function, i64, i64Like, ne, rule, ruleset, set_, var, vars_
+
+from rewrites.analysis import MAX_RANK
+from rewrites.params import NO_PARAMS
+from rewrites.terms import UNARY_OPS, Term, dtype, ivec, shape
+from wire.primitives import names
+
+
+@function
+def result_dtype(op: StringLike, params: i64Like, lhs: StringLike, rhs: StringLike) -> String:
+    """The result dtype of `op` with params `params` on operands of these dtypes, learned from the
+    program's own equations (a dot's preferred_element_type, mul's out_dtype live in the params
+    table, which egglog cannot read): a function of the four, as JAX's dtype rules are."""
+
+
+t, x, a, b, p = vars_("t x a b p", Term)
+op, d, nd, da, db = vars_("op d nd da db", String)
+e, k = vars_("e k", i64)
+value = var("value", f64)
+sa, sb, perm, sizes, dims, lc, rc, lb, rb = vars_("sa sb perm sizes dims lc rc lb rb", Vec[i64])
+NONE = i64(NO_PARAMS)
+# Ops whose result does not have the operands' dtype (abs of a complex, comparisons): typed by
+# ingest, and a binary one by `result_dtype` too.
+_OTHER_DTYPE_UNARY = UNARY_OPS - names(dtype_rule="operands")
+_OTHER_DTYPE_BINARY = names(term="binary") - names(dtype_rule="operands")
+
+
+def _typed(s, dt) -> list:
+    return [set_(shape(t)).to(s), set_(dtype(t)).to(dt)]
+
+
+def _not_in(variable, excluded) -> list:
+    return [ne(variable).to(String(name)) for name in sorted(excluded)]
+
+
+def _ranked(vec, term: Term, n: int) -> list:
+    return [eq(vec).to(shape(term)), eq(vec.length()).to(i64(n))]
+
+
+def _dot(lhs_contract, rhs_contract, batch) -> Term:
+    return Term.dot(a, b, ivec(lhs_contract), ivec(rhs_contract), ivec(batch), ivec(batch), e)
+
+
+SHAPE_RULES = [
+    # elementwise, one operand
+    rule(eq(t).to(Term.unary(op, x, e)), eq(sa).to(shape(x)), eq(d).to(dtype(x)), *_not_in(op, _OTHER_DTYPE_UNARY))
+    .then(*_typed(sa, d)),
+    rule(eq(t).to(Term.integer_pow(x, k)), eq(sa).to(shape(x)), eq(d).to(dtype(x))).then(*_typed(sa, d)),
+    rule(eq(t).to(Term.select(p, a, b)), eq(sa).to(shape(a)), eq(sa).to(shape(b)), eq(d).to(dtype(a)))
+    .then(*_typed(sa, d)),
+    rule(eq(t).to(Term.flit(value, d))).then(*_typed(Vec[i64](), d)),
+    # elementwise, two operands: a rank-0 operand broadcasts, and size-1 dims
+    rule(eq(t).to(Term.binary(op, a, b, e)), *_ranked(sa, a, 0), eq(sb).to(shape(b))).then(set_(shape(t)).to(sb)),
+    rule(eq(t).to(Term.binary(op, a, b, e)), *_ranked(sb, b, 0), eq(sa).to(shape(a))).then(set_(shape(t)).to(sa)),
+    *(rule(eq(t).to(Term.binary(op, a, b, e)), *_ranked(sa, a, n), *_ranked(sb, b, n))
+      .then(set_(shape(t)).to(Vec[i64](*(sa[i64(i)].max(sb[i64(i)]) for i in range(n))))) for n in range(1, MAX_RANK + 1)),
+    rule(eq(t).to(Term.binary(op, a, b, NONE)), eq(d).to(dtype(a)), eq(d).to(dtype(b)),
+         *_not_in(op, _OTHER_DTYPE_BINARY))
+    .then(set_(dtype(t)).to(d)),
+    # index maps
+    *(rule(eq(t).to(Term.transpose(x, perm)), eq(sa).to(shape(x)), eq(sa.length()).to(i64(n)), eq(d).to(dtype(x)))
+      .then(*_typed(Vec[i64](*(sa[perm[i64(i)]] for i in range(n))), d)) for n in range(1, MAX_RANK + 1)),
+    rule(eq(t).to(Term.broadcast(x, sizes, dims, e)), eq(d).to(dtype(x))).then(*_typed(sizes, d)),
+    rule(eq(t).to(Term.reshape(x, sizes, e)), eq(d).to(dtype(x))).then(*_typed(sizes, d)),
+    rule(eq(t).to(Term.convert(x, nd, e)), eq(sa).to(shape(x))).then(*_typed(sa, nd)),
+    # [m, k] @ [k, n] -> [m, n]; [b, m, k] @ [b, k, n] -> [b, m, n]
+    rule(eq(t).to(_dot([1], [0], [])), *_ranked(sa, a, 2), *_ranked(sb, b, 2)).then(set_(shape(t)).to(Vec[i64](sa[0], sb[1]))),
+    rule(eq(t).to(_dot([2], [1], [0])), *_ranked(sa, a, 3), *_ranked(sb, b, 3))
+    .then(set_(shape(t)).to(Vec[i64](sa[0], sa[1], sb[2]))),
+    # result dtypes that depend on params: learned from typed terms, given to new ones
+    rule(eq(t).to(Term.dot(a, b, lc, rc, lb, rb, e)), eq(d).to(dtype(t)), eq(da).to(dtype(a)), eq(db).to(dtype(b)))
+    .then(set_(result_dtype("dot", e, da, db)).to(d)),
+    rule(eq(t).to(Term.dot(a, b, lc, rc, lb, rb, e)), eq(d).to(result_dtype("dot", e, dtype(a), dtype(b))))
+    .then(set_(dtype(t)).to(d)),
+    rule(eq(t).to(Term.binary(op, a, b, e)), eq(d).to(dtype(t)), eq(da).to(dtype(a)), eq(db).to(dtype(b)))
+    .then(set_(result_dtype(op, e, da, db)).to(d)),
+    rule(eq(t).to(Term.binary(op, a, b, e)), eq(d).to(result_dtype(op, e, dtype(a), dtype(b))))
+    .then(set_(dtype(t)).to(d)),
+    # two parts joined along `k`
+    rule(eq(t).to(Term.concat(Vec[Term](a, b), k)), eq(sa).to(shape(a)), eq(sb).to(shape(b)),
+         eq(sa.length()).to(sb.length()), eq(d).to(dtype(a)), eq(d).to(dtype(b)))
+    .then(*_typed(sa.set(k, sa[k] + sb[k]), d)),
+]
+
+SHAPES = ruleset(*SHAPE_RULES, name="shapes")
