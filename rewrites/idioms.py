@@ -3,7 +3,7 @@ ops, with their decompositions kept in the same e-class as equal alternatives. T
 the decompositions JAX 0.10 emits (jax.nn.softmax, jax.nn.gelu) and the usual layer norm."""
 from __future__ import annotations
 
-from egglog import String, Vec, eq, f64, i64, rule, union, var, vars_
+from egglog import String, Vec, eq, f64, i64, rewrite, rule, union, var, vars_
 
 from rewrites.analysis import iota
 from rewrites.registry import Family
@@ -36,9 +36,9 @@ for rank in range(1, 5):
     # that table without joining its other occurrences (two softmaxes of equal shape were merged;
     # tests/rewrites/test_twins.py).
     IDIOMS.add("softmax-idiom", "exact",
-               rule(eq(outer).to(Term.binary("div", numerator, Term.broadcast(
-                   Term.reduce("reduce_sum", numerator, last_axis(rank), e6), s2, keep, e7), e8)))
-               .then(union(outer).with_(Term.softmax(x))))
+               rewrite(Term.binary("div", numerator, Term.broadcast(
+                   Term.reduce("reduce_sum", numerator, last_axis(rank), e6), s2, keep, e7), e8))
+               .to(Term.softmax(x)))
 
     centered = Term.binary("sub", x, Term.binary("div", Term.broadcast(
         Term.reduce("reduce_sum", x, last_axis(rank), e1), s1, keep, e2), n_lit, e3), e4)
@@ -57,14 +57,14 @@ for rank in range(1, 5):
 inner = Term.binary("mul", lit(0.7978845834732056), Term.binary(
     "add", x, Term.binary("mul", lit(0.044714998453855515), Term.integer_pow(x, 3), e1), e2), e3)
 IDIOMS.add("gelu-tanh-idiom", "exact",
-           rule(eq(outer).to(Term.binary("mul", x, Term.binary("mul", lit(0.5), Term.binary(
-               "add", lit(1.0), Term.unary("tanh", inner, e4), e5), e6), e7)))
-           .then(union(outer).with_(Term.gelu(x, 1))))
+           rewrite(Term.binary("mul", x, Term.binary("mul", lit(0.5), Term.binary(
+               "add", lit(1.0), Term.unary("tanh", inner, e4), e5), e6), e7))
+           .to(Term.gelu(x, 1)))
 # (0.5 x) * erfc(-x / sqrt 2) -> gelu(x, exact), jax.nn.gelu(approximate=False)'s form
 IDIOMS.add("gelu-erf-idiom", "exact",
-           rule(eq(outer).to(Term.binary("mul", Term.binary("mul", lit(0.5), x, e1), Term.unary(
-               "erfc", Term.binary("mul", Term.unary("neg", x, e2), lit(0.7071067690849304), e3), e4), e5)))
-           .then(union(outer).with_(Term.gelu(x, 0))))
+           rewrite(Term.binary("mul", Term.binary("mul", lit(0.5), x, e1), Term.unary(
+               "erfc", Term.binary("mul", Term.unary("neg", x, e2), lit(0.7071067690849304), e3), e4), e5))
+           .to(Term.gelu(x, 0)))
 
 
 def _bmm(a: Term, b: Term, extra) -> Term:

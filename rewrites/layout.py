@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import operator
 
-from egglog import String, Vec, eq, f64, i64, rewrite, rule, union, var, vars_
+from egglog import String, Vec, eq, f64, i64, rewrite, var, vars_
 
 from rewrites.analysis import MAX_RANK, iota, zeros
 from rewrites.params import NO_PARAMS
@@ -14,7 +14,7 @@ from rewrites.terms import Term, dtype, shape
 
 LAYOUT = Family("layout")
 
-x, y, outer, inner = vars_("x y outer inner", Term)
+x, y, inner = vars_("x y inner", Term)
 p, q, s, a, b, dims, st, st2, s2 = vars_("p q s a b dims st st2 s2", Vec[i64])
 e, e2, dim = vars_("e e2 dim", i64)
 d = var("d", String)
@@ -27,64 +27,58 @@ for n in range(1, MAX_RANK + 1):
     composed = Vec[i64](*(p[q[i64(k)]] for k in range(n)))
     # transpose(transpose(x, p), q) -> transpose(x, p∘q); guard: both perms have rank n
     LAYOUT.add("transpose-transpose", "exact",
-               rule(eq(outer).to(Term.transpose(Term.transpose(x, p), q)), eq(q.length()).to(i64(n)))
-               .then(union(outer).with_(Term.transpose(x, composed))))
+               rewrite(Term.transpose(Term.transpose(x, p), q))
+               .to(Term.transpose(x, composed), eq(q.length()).to(i64(n))))
     # transpose(x, identity) -> x
     LAYOUT.add("transpose-identity", "exact", rewrite(Term.transpose(x, iota(n))).to(x))
     # broadcast_in_dim(x, shape(x), identity) -> x
     LAYOUT.add("broadcast-identity", "exact",
-               rule(eq(outer).to(Term.broadcast(x, s, iota(n), e)), eq(shape(x)).to(s))
-               .then(union(outer).with_(x)))
+               rewrite(Term.broadcast(x, s, iota(n), e)).to(x, eq(shape(x)).to(s)))
     # slice(x, 0, shape(x), unit strides) -> x
     LAYOUT.add("slice-identity", "exact",
-               rule(eq(outer).to(Term.slice(x, zeros(n), s, st)), eq(shape(x)).to(s),
-                    eq(st.length()).to(i64(0)))
-               .then(union(outer).with_(x)))
+               rewrite(Term.slice(x, zeros(n), s, st)).to(x, eq(shape(x)).to(s), eq(st.length()).to(i64(0))))
 
 # reshape(reshape(x, a), b) -> reshape(x, b); only plain reshapes are first-class (see ingest)
 LAYOUT.add("reshape-reshape", "exact",
            rewrite(Term.reshape(Term.reshape(x, a, e), b, e2)).to(Term.reshape(x, b, e2)))
 # reshape(x, shape(x)) -> x
 LAYOUT.add("reshape-identity", "exact",
-           rule(eq(outer).to(Term.reshape(x, s, e)), eq(shape(x)).to(s)).then(union(outer).with_(x)))
+           rewrite(Term.reshape(x, s, e)).to(x, eq(shape(x)).to(s)))
 # squeeze(expand_dims(x, d), d) -> x
 LAYOUT.add("squeeze-expand-dims", "exact", rewrite(Term.squeeze(Term.expand_dims(x, dims), dims)).to(x))
 
 # squeeze(x) -> reshape(x, shape): one canonical form, so reshape-reshape composes them
 LAYOUT.add("squeeze-to-reshape", "exact",
-           rule(eq(outer).to(Term.squeeze(x, dims)), eq(s).to(shape(outer)))
-           .then(union(outer).with_(Term.reshape(x, s, NONE))))
+           rewrite(Term.squeeze(x, dims)).to(Term.reshape(x, s, NONE), eq(s).to(shape(Term.squeeze(x, dims)))))
 # convert_element_type(x, dtype(x)) -> x
 LAYOUT.add("convert-identity", "exact",
-           rule(eq(outer).to(Term.convert(x, d, e)), eq(d).to(dtype(x))).then(union(outer).with_(x)))
+           rewrite(Term.convert(x, d, e)).to(x, eq(d).to(dtype(x))))
 
 for n in range(0, MAX_RANK + 1):
     # broadcast(broadcast(x, s1, d1), s2, d2) -> broadcast(x, s2, d2∘d1); guard: rank(x) = n
     LAYOUT.add("broadcast-broadcast", "exact",
-               rule(eq(outer).to(Term.broadcast(Term.broadcast(x, s, a, e), s2, b, e2)), eq(a.length()).to(i64(n)))
-               .then(union(outer).with_(Term.broadcast(x, s2, Vec[i64](*(b[a[i64(k)]] for k in range(n))), e2))))
+               rewrite(Term.broadcast(Term.broadcast(x, s, a, e), s2, b, e2))
+               .to(Term.broadcast(x, s2, Vec[i64](*(b[a[i64(k)]] for k in range(n))), e2), eq(a.length()).to(i64(n))))
 
 for n in range(1, MAX_RANK + 1):
     # slice(slice(x, s1, l1), s2, l2) -> slice(x, s1 + s2, s1 + l2); guard: unit strides, rank n
     LAYOUT.add("slice-slice", "exact",
-               rule(eq(outer).to(Term.slice(Term.slice(x, a, b, st), s, s2, st2)), eq(a.length()).to(i64(n)),
-                    eq(st.length()).to(i64(0)), eq(st2.length()).to(i64(0)))
-               .then(union(outer).with_(Term.slice(x, Vec[i64](*(a[i64(k)] + s[i64(k)] for k in range(n))),
-                                                   Vec[i64](*(a[i64(k)] + s2[i64(k)] for k in range(n))),
-                                                   Vec[i64]()))))
+               rewrite(Term.slice(Term.slice(x, a, b, st), s, s2, st2))
+               .to(Term.slice(x, Vec[i64](*(a[i64(k)] + s[i64(k)] for k in range(n))),
+                              Vec[i64](*(a[i64(k)] + s2[i64(k)] for k in range(n))), Vec[i64]()),
+                   eq(a.length()).to(i64(n)), eq(st.length()).to(i64(0)), eq(st2.length()).to(i64(0))))
     # slice(concat(x, y), 0, shape(x)) -> x: the first part back (unit strides)
     LAYOUT.add("slice-of-concat", "exact",
-               rule(eq(outer).to(Term.slice(Term.concat(parts, dim), zeros(n), s, st)), *two_parts,
-                    eq(s).to(shape(x)), eq(st.length()).to(i64(0)))
-               .then(union(outer).with_(x)))
+               rewrite(Term.slice(Term.concat(parts, dim), zeros(n), s, st))
+               .to(x, *two_parts, eq(s).to(shape(x)), eq(st.length()).to(i64(0))))
     for axis in range(n):
         # slice(concat(x, y), (0.., |x|_axis, ..0), shape(concat)) -> y: the second part back
         both = Term.concat(parts, i64(axis))
         LAYOUT.add("slice-of-concat", "exact",
-                   rule(eq(outer).to(Term.slice(both, a, s, st)), *two_parts, eq(s).to(shape(both)),
-                        eq(b).to(shape(x)), eq(s.length()).to(i64(n)), eq(st.length()).to(i64(0)),
-                        eq(a).to(Vec[i64](*(b[i64(axis)] if k == axis else i64(0) for k in range(n)))))
-                   .then(union(outer).with_(y)))
+                   rewrite(Term.slice(both, a, s, st))
+                   .to(y, *two_parts, eq(s).to(shape(both)), eq(b).to(shape(x)), eq(s.length()).to(i64(n)),
+                       eq(st.length()).to(i64(0)),
+                       eq(a).to(Vec[i64](*(b[i64(axis)] if k == axis else i64(0) for k in range(n))))))
     # full reduction of a transpose -> full reduction of x. Real: a sum reorders its terms, and
     # with nan inputs which nan a max/min propagates (its sign bit) depends on the order.
     for reducer in ("reduce_sum", "reduce_max", "reduce_min"):
@@ -105,6 +99,6 @@ LAYOUT.add("copy-identity", "exact", rewrite(Term.unary("copy", x, e)).to(x),
 # instead of a chain of copies (each its own kernel)
 pair = var("pair", Vec[Term])
 LAYOUT.add("concat-flatten", "exact",
-           rule(eq(outer).to(Term.concat(pair, dim)), eq(pair.length()).to(i64(2)), eq(inner).to(pair[i64(0)]),
-                eq(y).to(pair[i64(1)]), eq(inner).to(Term.concat(parts, dim)))
-           .then(union(outer).with_(Term.concat(parts.push(y), dim))))
+           rewrite(Term.concat(pair, dim))
+           .to(Term.concat(parts.push(y), dim), eq(pair.length()).to(i64(2)), eq(inner).to(pair[i64(0)]),
+               eq(y).to(pair[i64(1)]), eq(inner).to(Term.concat(parts, dim))))

@@ -60,7 +60,8 @@ SHAPE_RULES = [
     rule(eq(t).to(Term.binary(op, a, b, e)), *_ranked(sa, a, 0), eq(sb).to(shape(b))).then(set_(shape(t)).to(sb)),
     rule(eq(t).to(Term.binary(op, a, b, e)), *_ranked(sb, b, 0), eq(sa).to(shape(a))).then(set_(shape(t)).to(sa)),
     *(rule(eq(t).to(Term.binary(op, a, b, e)), *_ranked(sa, a, n), *_ranked(sb, b, n))
-      .then(set_(shape(t)).to(Vec[i64](*(sa[i64(i)].max(sb[i64(i)]) for i in range(n))))) for n in range(1, MAX_RANK + 1)),
+      .then(set_(shape(t)).to(Vec[i64](*(sa[i64(i)].max(sb[i64(i)]) for i in range(n)))))
+      for n in range(1, MAX_RANK + 1)),
     rule(eq(t).to(Term.binary(op, a, b, NONE)), eq(d).to(dtype(a)), eq(d).to(dtype(b)),
          *_not_in(op, _OTHER_DTYPE_BINARY))
     .then(set_(dtype(t)).to(d)),
@@ -71,7 +72,8 @@ SHAPE_RULES = [
     rule(eq(t).to(Term.reshape(x, sizes, e)), eq(d).to(dtype(x))).then(*_typed(sizes, d)),
     rule(eq(t).to(Term.convert(x, nd, e)), eq(sa).to(shape(x))).then(*_typed(sa, nd)),
     # [m, k] @ [k, n] -> [m, n]; [b, m, k] @ [b, k, n] -> [b, m, n]
-    rule(eq(t).to(_dot([1], [0], [])), *_ranked(sa, a, 2), *_ranked(sb, b, 2)).then(set_(shape(t)).to(Vec[i64](sa[0], sb[1]))),
+    rule(eq(t).to(_dot([1], [0], [])), *_ranked(sa, a, 2), *_ranked(sb, b, 2))
+    .then(set_(shape(t)).to(Vec[i64](sa[0], sb[1]))),
     rule(eq(t).to(_dot([2], [1], [0])), *_ranked(sa, a, 3), *_ranked(sb, b, 3))
     .then(set_(shape(t)).to(Vec[i64](sa[0], sa[1], sb[2]))),
     # result dtypes that depend on params: learned from typed terms, given to new ones

@@ -105,6 +105,8 @@ def _encode(v: Any, prim: str, key: str, encode_program: EncodeProgram) -> Any:
         return f if math.isfinite(f) else {"float": repr(f)}
     if isinstance(v, np.dtype) or (isinstance(v, type) and issubclass(v, np.generic)):
         return {"dtype": np.dtype(v).name}
+    if isinstance(v, type) and isinstance(getattr(v, "dtype", None), np.dtype):  # jnp.float32 and its kin
+        return {"dtype": v.dtype.name}
     if isinstance(v, (jex.ClosedJaxpr, jex.Jaxpr)):
         closed = v if isinstance(v, jex.ClosedJaxpr) else jex.ClosedJaxpr(v, ())
         out = {"program": encode_program(closed)}

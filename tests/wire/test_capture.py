@@ -264,3 +264,14 @@ def test_device_put_is_captured_as_the_values_it_places():
     program = capture(lambda x: jax.device_put(x) * 2.0, x)
     assert [e["op"] for e in program["eqns"]] == ["mul"]
     np.testing.assert_array_equal(program_to_callable(program)(x)[0], x * 2.0)
+
+
+def test_a_dtype_param_spelled_as_a_jax_scalar_type_round_trips():
+    # lax.mul(..., out_dtype=jnp.float32): the type object, not a numpy dtype, sits in the params
+    def scaled(x, y):
+        return lax.mul(x, y, out_dtype=jnp.float32)
+    x = np.arange(4, dtype=np.float32).astype(jnp.bfloat16)
+    program = capture(scaled, x, x)
+    assert program["eqns"][0]["params"]["out_dtype"] == {"dtype": "float32"}
+    (out,) = program_to_callable(json.loads(json.dumps(program)))(x, x)
+    assert out.dtype == np.float32 and np.array_equal(out, scaled(x, x))
