@@ -15,7 +15,8 @@ from egglog import EGraph
 
 TERM_PREFIX = "Term."
 BODY_PREFIX = "Body."
-ANALYSES = frozenset(["shape", "dtype", "result_dtype", "output", "positive", "literal_value", "slot_lo", "slot_hi"])
+ANALYSES = frozenset(["shape", "dtype", "result_dtype", "first_part_shape", "output", "positive", "literal_value",
+                      "slot_lo", "slot_hi"])
 
 
 @dataclass(frozen=True)

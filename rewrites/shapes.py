@@ -20,10 +20,17 @@ def result_dtype(op: StringLike, params: i64Like, lhs: StringLike, rhs: StringLi
     table, which egglog cannot read): a function of the four, as JAX's dtype rules are."""
 
 
+@function
+def first_part_shape(parts: Vec[Term]) -> Vec[i64]:
+    """The shape of a two-part concatenation's first part: a step of its shape rule (a query that
+    binds both parts of a container at once joins every pair of terms)."""
+
+
 t, x, a, b, p = vars_("t x a b p", Term)
 op, d, nd, da, db = vars_("op d nd da db", String)
 e, k = vars_("e k", i64)
 value = var("value", f64)
+parts = var("parts", Vec[Term])
 sa, sb, perm, sizes, dims, lc, rc, lb, rb = vars_("sa sb perm sizes dims lc rc lb rb", Vec[i64])
 NONE = i64(NO_PARAMS)
 # Ops whose result does not have the operands' dtype (abs of a complex, comparisons): typed by
@@ -85,10 +92,13 @@ SHAPE_RULES = [
     .then(set_(result_dtype(op, e, da, db)).to(d)),
     rule(eq(t).to(Term.binary(op, a, b, e)), eq(d).to(result_dtype(op, e, dtype(a), dtype(b))))
     .then(set_(dtype(t)).to(d)),
-    # two parts joined along `k`
-    rule(eq(t).to(Term.concat(Vec[Term](a, b), k)), eq(sa).to(shape(a)), eq(sb).to(shape(b)),
-         eq(sa.length()).to(sb.length()), eq(d).to(dtype(a)), eq(d).to(dtype(b)))
-    .then(*_typed(sa.set(k, sa[k] + sb[k]), d)),
+    # two parts joined along `k`, in two steps (see `first_part_shape`)
+    rule(eq(t).to(Term.concat(parts, k)), eq(parts.length()).to(i64(2)), eq(a).to(parts[i64(0)]),
+         eq(sa).to(shape(a)), eq(d).to(dtype(a)))
+    .then(set_(first_part_shape(parts)).to(sa), set_(dtype(t)).to(d)),
+    rule(eq(t).to(Term.concat(parts, k)), eq(sa).to(first_part_shape(parts)), eq(b).to(parts[i64(1)]),
+         eq(sb).to(shape(b)), eq(sa.length()).to(sb.length()))
+    .then(set_(shape(t)).to(sa.set(k, sa[k] + sb[k]))),
 ]
 
 SHAPES = ruleset(*SHAPE_RULES, name="shapes")
