@@ -38,7 +38,7 @@ from lowering.compare import bit_identical, informative, output_error, tolerance
 from lowering.kernels import output_avals
 from lowering.observability import change_shows
 from lowering.regions import Region, RegionPlan, cone, distinct_checks, find_regions, original_side
-from lowering.validation_inputs import TRIALS, InputDraws, nudged, nudges, positive_inputs, random_inputs
+from lowering.validation_inputs import TRIALS, Draw, InputDraws, nudged, nudges, positive_inputs, random_inputs
 from lowering.widen import CannotWiden, float64_callable, widen
 from wire.execute import jitted_program
 
@@ -158,16 +158,34 @@ def validate_whole(original: dict[str, Any], optimized: dict[str, Any], fp_mode:
         reference, candidate = float64_callable(original), float64_callable(optimized)
     except (TypeError, ValueError) as err:
         return Verdict("float64", dtypes).result("inconclusive", f"the programs cannot be evaluated in float64: {err}")
+    draws = draws or InputDraws()
     runs = checked_runs(lambda *args: (reference(*args), args), lambda args: candidate(*args))
-    evaluate = lambda args, draw, relative: runs(args, nudges(original, draw, draws), relative)
+    candidate_alone = jax.jit(candidate)
+
+    def evaluate(args: list[np.ndarray], draw: Draw, relative: float):
+        # The original's outputs on a draw (and nudged) do not depend on the candidate: an earlier
+        # candidate's check of the same original computed them already (the original is kept
+        # with them, so its id names it while they live).
+        key = ("whole", id(original), draw, relative)
+        if key in draws.outputs:
+            _, refs, moved = draws.outputs[key]
+            with jax.enable_x64(True):
+                try:
+                    return refs, [np.asarray(x) for x in candidate_alone(*widen(args))], moved
+                except (TypeError, ValueError) as err:  # a trace-time type error, as in checked_runs
+                    raise CannotWiden(f"the programs cannot be evaluated in float64: {err}") from err
+        refs, results, moved = runs(args, nudges(original, draw.seed, draws), relative)
+        draws.outputs[key] = (original, refs, moved)
+        return refs, results, moved
+
     return judge(original, dtypes, evaluate, Verdict("float64", dtypes), trials, seed, draws)
 
 
 Outputs = list[np.ndarray]
 # (inputs in their declared types, nudge directions, nudge) -> (reference's, candidate's, nudged reference's)
 Runs = Callable[[list[np.ndarray], list[np.ndarray | None], float], tuple[Outputs, Outputs, Outputs]]
-# (inputs in their declared types, the draw's seed, nudge) -> (reference's, candidate's, nudged reference's)
-Evaluate = Callable[[list[np.ndarray], int, float], tuple[Outputs, Outputs, Outputs]]
+# (inputs in their declared types, the draw, nudge) -> (reference's, candidate's, nudged reference's)
+Evaluate = Callable[[list[np.ndarray], Draw, float], tuple[Outputs, Outputs, Outputs]]
 
 
 def checked_runs(reference: Callable[..., tuple[list, Any]], candidate: Callable[[Any], list]) -> Runs:
@@ -216,7 +234,7 @@ def _judge(program: dict[str, Any], dtypes: list[str], evaluate: Evaluate, verdi
     positions_only = set(range(len(dtypes)))  # outputs with no finite value on every draw that told so far
     for k, (scaled, contraction) in enumerate(DRAWS):
         args = random_inputs(program, seed + k, scaled, draws, contraction, positive)
-        refs, results, moved = evaluate(args, seed + k, nudge)
+        refs, results, moved = evaluate(args, Draw(seed + k, scaled, contraction), nudge)
         errors = [output_error(r, c) for r, c in zip(refs, results)]
         spread = [output_error(r, m) for r, m in zip(refs, moved)]
         # A draw where every output overflowed tells nothing (matching inf positions pass anything); one
@@ -344,10 +362,10 @@ def _run_regions(original: dict[str, Any], optimized: dict[str, Any], plan: Regi
     specs = [{"name": name, "shape": list(plan.original_numbered.aval[name][0]),
               "dtype": plan.original_numbered.aval[name][1]} for name in leaves]
 
-    def evaluate(args: list[np.ndarray], draw: int, relative: float):
+    def evaluate(args: list[np.ndarray], draw: Draw, relative: float):
         values = dict(zip((spec["name"] for spec in needed["inputs"]), args))
         if computed:
             values.update(zip(computed, run_prefix(*(values[spec["name"]] for spec in prefix["inputs"]))))
-        return runs([values[name] for name in leaves], nudges({"inputs": specs}, draw, draws), relative)
+        return runs([values[name] for name in leaves], nudges({"inputs": specs}, draw.seed, draws), relative)
 
     return judge(needed, dtypes, evaluate, verdict, trials, seed, draws, positive_inputs(original)) | {"roots": roots}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import zlib
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -78,6 +78,14 @@ def _positive_literal(literal: dict[str, Any]) -> bool:
         return False
 
 
+class Draw(NamedTuple):
+    """One draw of inputs: its seed, whether scaled by fan-in, and its contraction toward zero."""
+
+    seed: int
+    scaled: bool
+    contraction: float
+
+
 class Stopped(Exception):
     """The check's draws were stopped: its verdict is no longer wanted."""
 
@@ -90,15 +98,19 @@ class InputDraws:
     so a subset draws the same.
 
     A check given a `stoppable()` view stops at its next draw once the view is `stop()`ped (raising
-    `Stopped`): a speculative check whose verdict is no longer wanted gives the cores back."""
+    `Stopped`): a speculative check whose verdict is no longer wanted gives the cores back.
 
-    def __init__(self, arrays: dict[tuple, np.ndarray] | None = None) -> None:
+    `outputs` keeps what a whole check's reference computed on a draw (its outputs there and on the
+    draw nudged), so a later candidate's check against the same original runs only the candidate."""
+
+    def __init__(self, arrays: dict[tuple, np.ndarray] | None = None, outputs: dict[tuple, Any] | None = None) -> None:
         self.arrays: dict[tuple, np.ndarray] = {} if arrays is None else arrays
+        self.outputs: dict[tuple, Any] = {} if outputs is None else outputs
         self.stopped = threading.Event()
 
     def stoppable(self) -> InputDraws:
         """A view sharing these draws, with a stop of its own."""
-        return InputDraws(self.arrays)
+        return InputDraws(self.arrays, self.outputs)
 
     def stop(self) -> None:
         self.stopped.set()

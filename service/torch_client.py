@@ -12,7 +12,7 @@ import numpy as np
 from lowering.kernels import output_avals
 from lowering.precompute import PrecomputedProgram
 from lowering.validate import Verdict, judge
-from lowering.validation_inputs import TRIALS, nudged, nudges
+from lowering.validation_inputs import TRIALS, Draw, nudged, nudges
 from lowering.widen import Widened, widen
 from wire.execute import jitted_program
 from wire.precision import declares_64_bit, x64_when
@@ -94,9 +94,9 @@ def validate_against_torch(captured: TorchProgram, optimized: dict[str, Any], se
     except (TypeError, ValueError) as err:
         return verdict.result("inconclusive", f"the programs cannot be evaluated in float64: {err}")
 
-    def evaluate(args: list[np.ndarray], draw: int, relative: float):
+    def evaluate(args: list[np.ndarray], draw: Draw, relative: float):
         wide = widen(args)
-        directions = nudges(captured.program, draw)
+        directions = nudges(captured.program, draw.seed)
         return captured.reference(*wide), candidate(wide), original(nudged(wide, directions, relative))
 
     return judge(captured.program, dtypes, evaluate, verdict, TRIALS, seed, None)

@@ -12,7 +12,7 @@ from wire_examples import two_regions
 
 from lowering.compare import bit_identical, output_error
 from lowering.validate import validate, validate_whole
-from lowering.validation_inputs import positive_inputs, random_inputs
+from lowering.validation_inputs import InputDraws, positive_inputs, random_inputs
 from wire.capture import capture
 
 
@@ -78,6 +78,19 @@ def test_the_same_rewrite_passes_where_the_original_is_stable():
     result = validate(capture(_logistic(5, False), x), capture(_logistic(5, True), x))
     assert result["status"] == "passed" and result["criterion"] == "float64" and result["trials"] == 2
     assert result["max_rel_error"] < 1e-9  # evaluated in float64, the two agree far below float32's rounding
+
+
+def test_a_later_candidates_whole_check_reuses_the_originals_runs_and_only_for_that_original():
+    x = np.full((64,), 0.3, np.float32)
+    five, six, draws = capture(_logistic(5, False), x), capture(_logistic(6, False), x), InputDraws()
+    assert validate_whole(five, capture(_logistic(5, True), x), draws=draws)["status"] == "passed"
+    assert len(draws.outputs) == 2  # the original's outputs on each of the two draws, and nudged
+    assert validate_whole(five, capture(_logistic(6, True), x), draws=draws)["status"] == "failed"
+    assert len(draws.outputs) == 2  # the original was not run again
+    # another original on the same draws: its own runs, so five steps do not pass for six
+    assert validate_whole(six, capture(_logistic(5, True), x), draws=draws)["status"] == "failed"
+    assert validate_whole(six, capture(_logistic(6, True), x), draws=draws)["status"] == "passed"
+    assert len(draws.outputs) == 4
 
 
 def _scaled_after_chaos(scale):
