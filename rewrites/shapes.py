@@ -51,6 +51,12 @@ def _ranked(vec, term: Term, n: int) -> list:
     return [eq(vec).to(shape(term)), eq(vec.length()).to(i64(n))]
 
 
+def _broadcast_dim(m, n):
+    """Of two broadcast-compatible sizes (equal, or one of them 1), the result's: the larger, but
+    0 where either is 0 ((0,) + (1,) is empty)."""
+    return m.max(n) * m.min(n).min(i64(1))
+
+
 def _dot(lhs_contract, rhs_contract, batch) -> Term:
     return Term.dot(a, b, ivec(lhs_contract), ivec(rhs_contract), ivec(batch), ivec(batch), e)
 
@@ -63,11 +69,11 @@ SHAPE_RULES = [
     rule(eq(t).to(Term.select(p, a, b)), eq(sa).to(shape(a)), eq(sa).to(shape(b)), eq(d).to(dtype(a)))
     .then(*_typed(sa, d)),
     rule(eq(t).to(Term.flit(value, d))).then(*_typed(Vec[i64](), d)),
-    # elementwise, two operands: a rank-0 operand broadcasts, and size-1 dims
+    # elementwise, two operands: a rank-0 operand broadcasts, and a size-1 dim takes the other's size
     rule(eq(t).to(Term.binary(op, a, b, e)), *_ranked(sa, a, 0), eq(sb).to(shape(b))).then(set_(shape(t)).to(sb)),
     rule(eq(t).to(Term.binary(op, a, b, e)), *_ranked(sb, b, 0), eq(sa).to(shape(a))).then(set_(shape(t)).to(sa)),
     *(rule(eq(t).to(Term.binary(op, a, b, e)), *_ranked(sa, a, n), *_ranked(sb, b, n))
-      .then(set_(shape(t)).to(Vec[i64](*(sa[i64(i)].max(sb[i64(i)]) for i in range(n)))))
+      .then(set_(shape(t)).to(Vec[i64](*(_broadcast_dim(sa[i64(i)], sb[i64(i)]) for i in range(n)))))
       for n in range(1, MAX_RANK + 1)),
     rule(eq(t).to(Term.binary(op, a, b, NONE)), eq(d).to(dtype(a)), eq(d).to(dtype(b)),
          *_not_in(op, _OTHER_DTYPE_BINARY))

@@ -57,3 +57,11 @@ def test_a_result_type_held_in_params_is_kept_by_the_terms_rules_build():
     assert result.report.rules_fired.get("neg-mul", 0) > 0
     assert {cls.dtype for cls in result.view.classes.values()} == {"bfloat16", "float32"}
     assert not ill_typed_nodes(result)
+
+
+def test_a_size_one_dim_broadcast_against_an_empty_one_is_empty():
+    # lax broadcasts a size-1 dim to the other's size, zero included: (0, 3) + (1, 3) is (0, 3)
+    args = [np.zeros((0, 3), np.float32), np.ones((1, 3), np.float32)]
+    result = saturate_fn(lambda a, b: -(a + b) * b, args, [ALGEBRA])
+    assert result.report.rules_fired.get("neg-mul", 0) > 0
+    assert not ill_typed_nodes(result)
