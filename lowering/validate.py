@@ -28,6 +28,7 @@ programs can hide a wrong value, and the pairing of values is inferred): the ver
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -39,7 +40,7 @@ from lowering.kernels import output_avals
 from lowering.observability import change_shows
 from lowering.regions import Region, RegionPlan, cone, distinct_checks, find_regions, original_side
 from lowering.validation_inputs import TRIALS, Draw, InputDraws, nudged, nudges, positive_inputs, random_inputs
-from lowering.widen import CannotWiden, float64_callable, widen
+from lowering.widen import CannotWiden, Widened, float64_callable, widen
 from wire.execute import jitted_program
 
 # Evaluated in float64, a right rewrite differs from the original only by rounding: about as much
@@ -160,7 +161,7 @@ def validate_whole(original: dict[str, Any], optimized: dict[str, Any], fp_mode:
         return Verdict("float64", dtypes).result("inconclusive", f"the programs cannot be evaluated in float64: {err}")
     draws = draws or InputDraws()
     runs = checked_runs(lambda *args: (reference(*args), args), lambda args: candidate(*args))
-    candidate_alone = jax.jit(candidate)
+    candidate_alone = functools.cache(lambda: Widened(optimized))  # compiled only when it is needed
 
     def evaluate(args: list[np.ndarray], draw: Draw, relative: float):
         # The original's outputs on a draw (and nudged) do not depend on the candidate: an earlier
@@ -169,11 +170,7 @@ def validate_whole(original: dict[str, Any], optimized: dict[str, Any], fp_mode:
         key = ("whole", id(original), draw, relative)
         if key in draws.outputs:
             _, refs, moved = draws.outputs[key]
-            with jax.enable_x64(True):
-                try:
-                    return refs, [np.asarray(x) for x in candidate_alone(*widen(args))], moved
-                except (TypeError, ValueError) as err:  # a trace-time type error, as in checked_runs
-                    raise CannotWiden(f"the programs cannot be evaluated in float64: {err}") from err
+            return refs, candidate_alone()(widen(args)), moved
         refs, results, moved = runs(args, nudges(original, draw.seed, draws), relative)
         draws.outputs[key] = (original, refs, moved)
         return refs, results, moved
