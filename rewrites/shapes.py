@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from egglog import String, StringLike, Vec, eq, f64, function, i64, i64Like, ne, rule, ruleset, set_, var, vars_
 
-from rewrites.analysis import MAX_RANK
+from rewrites.analysis import MAX_RANK, typed
 from rewrites.params import NO_PARAMS
 from rewrites.terms import UNARY_OPS, Term, dtype, ivec, shape
 from wire.primitives import names
@@ -39,10 +39,6 @@ _OTHER_DTYPE_UNARY = UNARY_OPS - names(dtype_rule="operands")
 _OTHER_DTYPE_BINARY = names(term="binary") - names(dtype_rule="operands")
 
 
-def _typed(s, dt) -> list:
-    return [set_(shape(t)).to(s), set_(dtype(t)).to(dt)]
-
-
 def _not_in(variable, excluded) -> list:
     return [ne(variable).to(String(name)) for name in sorted(excluded)]
 
@@ -64,11 +60,11 @@ def _dot(lhs_contract, rhs_contract, batch) -> Term:
 SHAPE_RULES = [
     # elementwise, one operand
     rule(eq(t).to(Term.unary(op, x, e)), eq(sa).to(shape(x)), eq(d).to(dtype(x)), *_not_in(op, _OTHER_DTYPE_UNARY))
-    .then(*_typed(sa, d)),
-    rule(eq(t).to(Term.integer_pow(x, k)), eq(sa).to(shape(x)), eq(d).to(dtype(x))).then(*_typed(sa, d)),
+    .then(*typed(t, sa, d)),
+    rule(eq(t).to(Term.integer_pow(x, k)), eq(sa).to(shape(x)), eq(d).to(dtype(x))).then(*typed(t, sa, d)),
     rule(eq(t).to(Term.select(p, a, b)), eq(sa).to(shape(a)), eq(sa).to(shape(b)), eq(d).to(dtype(a)))
-    .then(*_typed(sa, d)),
-    rule(eq(t).to(Term.flit(value, d))).then(*_typed(Vec[i64](), d)),
+    .then(*typed(t, sa, d)),
+    rule(eq(t).to(Term.flit(value, d))).then(*typed(t, Vec[i64](), d)),
     # elementwise, two operands: a rank-0 operand broadcasts, and a size-1 dim takes the other's size
     rule(eq(t).to(Term.binary(op, a, b, e)), *_ranked(sa, a, 0), eq(sb).to(shape(b))).then(set_(shape(t)).to(sb)),
     rule(eq(t).to(Term.binary(op, a, b, e)), *_ranked(sb, b, 0), eq(sa).to(shape(a))).then(set_(shape(t)).to(sa)),
@@ -80,10 +76,10 @@ SHAPE_RULES = [
     .then(set_(dtype(t)).to(d)),
     # index maps
     *(rule(eq(t).to(Term.transpose(x, perm)), eq(sa).to(shape(x)), eq(sa.length()).to(i64(n)), eq(d).to(dtype(x)))
-      .then(*_typed(Vec[i64](*(sa[perm[i64(i)]] for i in range(n))), d)) for n in range(1, MAX_RANK + 1)),
-    rule(eq(t).to(Term.broadcast(x, sizes, dims, e)), eq(d).to(dtype(x))).then(*_typed(sizes, d)),
-    rule(eq(t).to(Term.reshape(x, sizes, e)), eq(d).to(dtype(x))).then(*_typed(sizes, d)),
-    rule(eq(t).to(Term.convert(x, nd, e)), eq(sa).to(shape(x))).then(*_typed(sa, nd)),
+      .then(*typed(t, Vec[i64](*(sa[perm[i64(i)]] for i in range(n))), d)) for n in range(1, MAX_RANK + 1)),
+    rule(eq(t).to(Term.broadcast(x, sizes, dims, e)), eq(d).to(dtype(x))).then(*typed(t, sizes, d)),
+    rule(eq(t).to(Term.reshape(x, sizes, e)), eq(d).to(dtype(x))).then(*typed(t, sizes, d)),
+    rule(eq(t).to(Term.convert(x, nd, e)), eq(sa).to(shape(x))).then(*typed(t, sa, nd)),
     # [m, k] @ [k, n] -> [m, n]; [b, m, k] @ [b, k, n] -> [b, m, n]
     rule(eq(t).to(_dot([1], [0], [])), *_ranked(sa, a, 2), *_ranked(sb, b, 2))
     .then(set_(shape(t)).to(Vec[i64](sa[0], sb[1]))),

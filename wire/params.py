@@ -103,10 +103,10 @@ def _encode(v: Any, prim: str, key: str, encode_program: EncodeProgram) -> Any:
     if isinstance(v, (float, np.floating)):
         f = float(v)
         return f if math.isfinite(f) else {"float": repr(f)}
-    if isinstance(v, np.dtype) or (isinstance(v, type) and issubclass(v, np.generic)):
+    # a dtype, a numpy scalar type, or a JAX one (jnp.float32, which carries its dtype)
+    if isinstance(v, np.dtype) or (isinstance(v, type) and (issubclass(v, np.generic)
+                                                            or isinstance(getattr(v, "dtype", None), np.dtype))):
         return {"dtype": np.dtype(v).name}
-    if isinstance(v, type) and isinstance(getattr(v, "dtype", None), np.dtype):  # jnp.float32 and its kin
-        return {"dtype": v.dtype.name}
     if isinstance(v, (jex.ClosedJaxpr, jex.Jaxpr)):
         closed = v if isinstance(v, jex.ClosedJaxpr) else jex.ClosedJaxpr(v, ())
         out = {"program": encode_program(closed)}
