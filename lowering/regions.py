@@ -4,9 +4,10 @@ the rewritten regions of the optimized one, and the original values that feed ea
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 # Levels of operands hashed to recognise "the same value" across programs, deepest first: deep
 # hashes rarely collide, shallow ones still match just above a rewritten spot.
@@ -20,11 +21,24 @@ def _canon(x: Any) -> str:
     return json.dumps(x, sort_keys=True, default=str)
 
 
+class ValueTable:
+    """Value numbers shared by every program numbered with it: identical computations (from the same
+    inputs by position, the same consts), identical numbers. Safe to share between threads."""
+
+    def __init__(self) -> None:
+        self._numbers: dict[Any, int] = {}
+        self._next = itertools.count()
+
+    def number(self, key: Any) -> int:
+        found = self._numbers.get(key)
+        return found if found is not None else self._numbers.setdefault(key, next(self._next))
+
+
 class _Numbered:
     """A program's value numbering over a shared table: identical computations, identical ids."""
 
-    def __init__(self, program: dict[str, Any], table: dict[Any, int]):
-        intern = lambda key: table.setdefault(key, len(table))
+    def __init__(self, program: dict[str, Any], table: ValueTable):
+        intern = table.number
         self.program, self.producer, self.key, self.aval = program, {}, {}, {}
         self.consts = {c["name"]: c for c in program.get("consts", [])}
         for k, spec in enumerate(program["inputs"]):
@@ -86,6 +100,7 @@ class RegionPlan:
     numbered: _Numbered | None = None  # the optimized program's
     original_numbered: _Numbered | None = None
     stands_for: dict[str, str] = field(default_factory=dict)  # optimized value -> the original value it must equal
+    relied: set[int] = field(default_factory=set)  # numbers of `verified` values the plan took as their original
 
 
 class _NoPlan(Exception):
@@ -104,13 +119,16 @@ def _operand_pairs(eo: dict, ep: dict, o_num: _Numbered, p_num: _Numbered) -> li
     return kids if all(o_num.aval[a] == p_num.aval[b] for a, b in kids) else None
 
 
-def find_regions(original: dict[str, Any], optimized: dict[str, Any]) -> RegionPlan | None:
+def find_regions(original: dict[str, Any], optimized: dict[str, Any], table: ValueTable | None = None,
+                 verified: Mapping[int, str] | None = None) -> RegionPlan | None:
     """Pair the optimized program's values with the original's: top-down from the outputs through
     equations with the same op and params; where they differ, the optimized side becomes a region
     grown upward until it reaches values known to equal an original value (identical computation,
-    a pair, or a unique match of the operand structure). None when no pairing exists."""
-    table: dict[Any, int] = {}
+    a pair, a value an earlier check showed equal to it: `verified`, by number in `table`, or a
+    unique match of the operand structure). None when no pairing exists."""
+    table, verified = table or ValueTable(), verified or {}
     o_num, p_num = _Numbered(original, table), _Numbered(optimized, table)
+    relied: set[int] = set()
     if [o_num.aval[s["name"]] for s in original["inputs"]] != [p_num.aval[s["name"]] for s in optimized["inputs"]] \
             or len(original["outputs"]) != len(optimized["outputs"]):
         return None
@@ -136,6 +154,9 @@ def find_regions(original: dict[str, Any], optimized: dict[str, Any]) -> RegionP
             partner.setdefault(p, o)
             if o_num.key[o] == p_num.key[p]:
                 continue
+            if verified.get(p_num.key[p]) == o:
+                relied.add(p_num.key[p])
+                continue
             if o_num.aval[o] != p_num.aval[p]:
                 raise _NoPlan
             (eo, jo), (ep, jp) = o_num.producer.get(o, (None, 0)), p_num.producer.get(p, (None, 0))
@@ -152,6 +173,9 @@ def find_regions(original: dict[str, Any], optimized: dict[str, Any]) -> RegionP
             return True
         if p_num.key[p] in o_keys:
             partner[p] = o_num.by_key[p_num.key[p]]
+            return True
+        if p_num.key[p] in verified:
+            settle([(verified[p_num.key[p]], p)])
             return True
         for depth in STRUCTURE_DEPTHS:
             candidates = by_structure.get((depth, p_num.structure(p, depth)), [])
@@ -198,7 +222,7 @@ def find_regions(original: dict[str, Any], optimized: dict[str, Any]) -> RegionP
         regions.append(Region(order, group_roots, [(p, source(p)) for p in boundary]))
     share = sum(len(r.eqns) for r in regions) / max(len(optimized["eqns"]), 1)
     identical = {p: o_num.by_key[key] for p, key in p_num.key.items() if key in o_keys}
-    return RegionPlan(regions, share, p_num, o_num, {**partner, **identical})
+    return RegionPlan(regions, share, p_num, o_num, {**partner, **identical}, relied)
 
 
 def cone(program: dict[str, Any], outputs: list[str], fed: list[str] = (),

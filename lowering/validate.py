@@ -17,12 +17,13 @@ boolean outputs compare exactly; complex ones on both parts.
 Big programs are mostly unchanged by the optimizer, so the check runs only what changed where it
 can (`find_regions`): the original runs in its declared types as far as the regions' inputs, and
 from the values it feeds them each rewritten region and the original's own computation of the
-same values run in float64 (sensitivity measured there too, on those values nudged); of regions that are the
-same check (an encoder's layers) the earliest runs, and a check that passed already on the same
-draws (an earlier candidate of the same search) is not run again. Where the regions do not pass,
-the whole programs run; a failed region is never overruled by a whole run that passes (deep
-programs can hide a wrong value, and the pairing of values is inferred): the verdict is then
-`inconclusive`.
+same values run in float64 (sensitivity measured there too, on those values nudged). Of regions
+that are the same check (an encoder's layers) the earliest runs; a check that passed already on
+the same draws (an earlier candidate of the same search) is not run again, and the values it
+showed equal to the original's bound a later candidate's regions as unchanged values do. Where
+the regions do not pass, the whole programs run; a failed region is never overruled by a whole
+run that passes (deep programs can hide a wrong value, and the pairing of values is inferred):
+the verdict is then `inconclusive`.
 
 `exact` mode runs both programs in their declared types and requires bit-identical results.
 """
@@ -38,7 +39,7 @@ import numpy as np
 from lowering.compare import bit_identical, informative, output_error, tolerance_for
 from lowering.kernels import output_avals
 from lowering.observability import change_shows
-from lowering.regions import Region, RegionPlan, cone, distinct_checks, find_regions, original_side
+from lowering.regions import Region, RegionPlan, ValueTable, cone, distinct_checks, find_regions, original_side
 from lowering.validation_inputs import TRIALS, Draw, InputDraws, nudged, nudges, positive_inputs, random_inputs
 from lowering.widen import CannotWiden, Widened, float64_callable, widen
 from wire.execute import jitted_program
@@ -89,8 +90,25 @@ class PassedCheck:
     trials: int
 
 
-# check_key -> the region check that passed on this check's draws (the same seeds and inputs)
-PassedChecks = dict[str, PassedCheck]
+@dataclass
+class CheckMemory:
+    """What the checks of one original on one set of draws showed, for later candidates' checks on
+    the same draws: the region checks that passed (by `check_key`), and the optimized values they
+    showed equal to original values (by value number in `table`), which a later candidate's
+    regions stop at as they stop at unchanged values."""
+
+    table: ValueTable = field(default_factory=ValueTable)
+    passed: dict[str, PassedCheck] = field(default_factory=dict)
+    verified: dict[int, str] = field(default_factory=dict)  # value number -> the original value it equals
+    shown_by: dict[int, PassedCheck] = field(default_factory=dict)  # value number -> the check that showed it
+
+    def plan(self, original: dict[str, Any], optimized: dict[str, Any]) -> RegionPlan | None:
+        return find_regions(original, optimized, self.table, self.verified)
+
+    def remember(self, plan: RegionPlan, check: PassedCheck) -> None:
+        for region in plan.regions:
+            for o, p in region.roots:
+                self.verified[plan.numbered.key[p]], self.shown_by[plan.numbered.key[p]] = o, check
 
 
 def identical() -> dict[str, Any]:
@@ -100,15 +118,16 @@ def identical() -> dict[str, Any]:
 
 def validate(original: dict[str, Any], optimized: dict[str, Any], fp_mode: str = "real",
              trials: int = TRIALS, seed: int = 0, draws: InputDraws | None = None,
-             passed: PassedChecks | None = None) -> dict[str, Any]:
+             memory: CheckMemory | None = None) -> dict[str, Any]:
     """The verdict on `optimized` against `original` (see the module docstring); `draws` may hold
-    the inputs drawn ahead, and `passed` the region checks an earlier candidate passed on them."""
-    plan, draws = find_regions(original, optimized), draws or InputDraws()
-    if plan is not None and not plan.regions:
+    the inputs drawn ahead, and `memory` what earlier candidates' checks showed on them."""
+    memory, draws = memory or CheckMemory(), draws or InputDraws()
+    plan = memory.plan(original, optimized)
+    if plan is not None and not plan.regions and not plan.relied:
         return identical()
     if plan is None or fp_mode != "real" or plan.share > MAX_REGION_SHARE:
         return validate_whole(original, optimized, fp_mode, trials, seed, draws)
-    regions = region_validate(original, optimized, plan, trials, seed, draws, passed)
+    regions = region_validate(original, optimized, plan, trials, seed, draws, memory)
     if regions["status"] == "passed":
         return regions
     whole = validate_whole(original, optimized, fp_mode, trials, seed, draws)
@@ -290,37 +309,45 @@ def _exact(original: dict[str, Any], optimized: dict[str, Any], dtypes: list[str
 
 
 def region_validate(original: dict[str, Any], optimized: dict[str, Any], plan: RegionPlan, trials: int, seed: int,
-                    draws: InputDraws | None, passed: PassedChecks | None = None) -> dict[str, Any]:
+                    draws: InputDraws | None, memory: CheckMemory) -> dict[str, Any]:
     """One jitted call per draw (in float64) runs the original only as far as the regions need and each
     region on the values the original feeds it (one compile for all: XLA's fixed cost per module
     is larger than a small region's); each region's results are compared with the original's
     values there. Regions that are the same check (`check_key`) run once: the earliest of them.
-    A check already in `passed` (an earlier candidate's, on the same draws) is not run again;
-    the ones that pass here are added to it."""
-    passed = {} if passed is None else passed
+    A check in `memory` (an earlier candidate's, on the same draws) is not run again, and the
+    values earlier checks showed equal to original values bound the regions (`CheckMemory.plan`);
+    what passes here is remembered."""
     checks = distinct_checks(original, optimized, plan)
-    reused = [passed[key] for key in checks if key in passed]
-    fresh = {key: region for key, region in checks.items() if key not in passed}
+    reused = [memory.passed[key] for key in checks if key in memory.passed]
+    earlier = reused + [memory.shown_by[number] for number in sorted(plan.relied)]
+    fresh = {key: region for key, region in checks.items() if key not in memory.passed}
     extra = {"regions": len(plan.regions), "distinct_regions": len(checks), "region_share": round(plan.share, 4)}
     if reused:
         extra["reused_regions"] = len(reused)
+    if plan.relied:
+        extra["reused_values"] = len(plan.relied)
     if not fresh:
-        verdict = Verdict("regions", [d for check in reused for d in check.dtypes])
-        verdict.trials, verdict.worst = min(c.trials for c in reused), max(c.max_rel_error for c in reused)
-        return verdict.result("passed", f"every distinct rewritten region ({len(checks)}) is a check that "
-                                        f"passed already, on these draws", **extra)
+        verdict = Verdict("regions", [d for check in earlier for d in check.dtypes])
+        verdict.trials, verdict.worst = min(c.trials for c in earlier), max(c.max_rel_error for c in earlier)
+        memory.remember(plan, PassedCheck(verdict.worst, tuple(verdict.dtypes), verdict.trials))
+        return verdict.result("passed", f"every distinct rewritten region ({len(checks)}) and every value the "
+                                        f"regions start from is what checks that passed already, on these "
+                                        f"draws, showed", **extra)
     result = _run_regions(original, optimized, plan, list(fresh.values()), trials, seed, draws) | extra
     if result["status"] != "passed":
         return result
     for key, region in fresh.items():
-        passed[key] = PassedCheck(result["max_rel_error"], tuple(plan.original_numbered.aval[o][1]
-                                                                 for o, _ in region.roots), result["trials"])
-    if reused:
-        result["max_rel_error"] = max(result["max_rel_error"], *(c.max_rel_error for c in reused))
-        result["trials"] = min(result["trials"], *(c.trials for c in reused))
+        memory.passed[key] = PassedCheck(result["max_rel_error"], tuple(plan.original_numbered.aval[o][1]
+                                                                        for o, _ in region.roots), result["trials"])
+    if earlier:
+        result["max_rel_error"] = max(result["max_rel_error"], *(c.max_rel_error for c in earlier))
+        result["trials"] = min(result["trials"], *(c.trials for c in earlier))
         result["tolerance"] = {d: tolerance_for(d, "real") for d in
-                               sorted({*result["tolerance"], *(d for c in reused for d in c.dtypes)})}
-        result["reason"] += f"; {len(reused)} more distinct regions are checks that passed already, on these draws"
+                               sorted({*result["tolerance"], *(d for c in earlier for d in c.dtypes)})}
+        result["reason"] += (f"; {len(reused)} more distinct regions, and the {len(plan.relied)} values the "
+                             f"regions start from that earlier checks showed equal to the original's, passed "
+                             f"already, on these draws")
+    memory.remember(plan, PassedCheck(result["max_rel_error"], tuple(result["tolerance"]), result["trials"]))
     return result
 
 

@@ -66,3 +66,18 @@ def two_regions(first: bool, second: bool) -> dict:
         b = x @ (u * 2.0) if second else (x @ u) * 2.0
         return jnp.tanh(jnp.tanh(a + jnp.tanh(b)) @ w2) @ w2
     return capture(fn, x, w, w, v, w)
+
+
+def projections(merged: bool, combine, swapped: bool = False):
+    """Three projections of one input (merged into one matmul and sliced when asked; `swapped`
+    slices k and v the wrong way round) fed to `combine(q, k, v)`, then unchanged work."""
+    def fn(x, wq, wk, wv):
+        if merged:
+            both = x @ jnp.concatenate([wq, wk, wv], axis=1)
+            q, k, v = (both[:, 16 * i:16 * (i + 1)] for i in ((0, 2, 1) if swapped else (0, 1, 2)))
+        else:
+            q, k, v = x @ wq, x @ wk, x @ wv
+        return jnp.tanh(jnp.tanh(jnp.tanh(combine(q, k, v)) @ wq) @ wk) @ wv
+
+    rng = np.random.default_rng(1)
+    return capture(fn, *(rng.normal(size=shape).astype(np.float32) for shape in [(8, 16)] + [(16, 16)] * 3))

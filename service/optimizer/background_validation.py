@@ -15,7 +15,7 @@ from typing import Any, Callable
 import jax
 
 from lowering.regions import distinct_checks, find_regions
-from lowering.validate import PassedChecks, validate
+from lowering.validate import CheckMemory, validate
 from lowering.validation_inputs import InputDraws
 
 
@@ -84,17 +84,18 @@ class Job:
 class BackgroundValidation:
     """Entering draws the validation inputs of `original` in the background; `start(algebraic)` then
     validates the algebraic optimum there, and `result_for(candidate)` is that verdict when the
-    candidate computes the same, else the candidate's own validation. That one reuses the region
-    checks the algebraic optimum passed (fusion's choices often differ from it in one region of
-    many), so the algebraic optimum's check runs on when the two share a region, and otherwise stops
-    at its next draw. Leaving waits for both."""
+    candidate computes the same, else the candidate's own validation. That one reuses what the
+    algebraic optimum's check showed (fusion's choices often differ from it in one region of many,
+    or regroup a region around the same merged GEMM), so that check runs on when the candidate
+    shares a region or a checked value with it, and otherwise stops at its next draw. Leaving
+    waits for both."""
 
     def __init__(self, original: dict[str, Any], fp_mode: str, timings: dict[str, float]):
         self.original, self.fp_mode, self.timings = original, fp_mode, timings
         self.algebraic: dict[str, Any] | None = None
         self.draws = InputDraws()
         self.speculative = self.draws.stoppable()  # the algebraic optimum's check, stopped when not wanted
-        self.passed: PassedChecks = {}  # region checks passed on these draws, by either check
+        self.memory = CheckMemory()  # what either check showed on these draws
         self.jobs: list[Job] = []
 
     def __enter__(self) -> BackgroundValidation:
@@ -118,7 +119,7 @@ class BackgroundValidation:
     def _validate_algebraic(self) -> dict[str, Any]:
         begin = time.perf_counter()
         try:
-            return validate(self.original, self.algebraic, self.fp_mode, draws=self.speculative, passed=self.passed)
+            return validate(self.original, self.algebraic, self.fp_mode, draws=self.speculative, memory=self.memory)
         finally:  # reported apart: it ran beside the fusion stages
             self.timings["validate_background"] = round(time.perf_counter() - begin, 6)
 
@@ -130,14 +131,20 @@ class BackgroundValidation:
         if not (started and self._shares_region_checks(candidate)):
             self.speculative.stop()  # of no use to this candidate: it gives the cores back at its next draw
         self.settle(wait=True)  # one validation at a time: they share the cores
-        return validate(self.original, candidate, self.fp_mode, draws=self.draws, passed=self.passed)
+        return validate(self.original, candidate, self.fp_mode, draws=self.draws, memory=self.memory)
 
     def _shares_region_checks(self, candidate: dict[str, Any]) -> bool:
-        """Whether the algebraic optimum's check runs a region check the candidate's would run too."""
+        """Whether the algebraic optimum's check runs a region check the candidate's would run too,
+        or shows a value the candidate computes equal to the original's (its regions stop there)."""
         if self.fp_mode != "real":
             return False
-        plans = [(program, find_regions(self.original, program)) for program in (self.algebraic, candidate)]
+        plans = [(program, find_regions(self.original, program, self.memory.table))
+                 for program in (self.algebraic, candidate)]
         if any(plan is None or not plan.regions for _, plan in plans):
             return False
-        algebraic, mine = (set(distinct_checks(self.original, program, plan)) for program, plan in plans)
-        return bool(algebraic & mine)
+        (algebraic, algebraic_plan), (_, plan) = plans
+        roots = {algebraic_plan.numbered.key[p] for region in algebraic_plan.regions for _, p in region.roots}
+        computed = {plan.numbered.key[o["name"]] for i in {i for r in plan.regions for i in r.eqns}
+                    for o in candidate["eqns"][i]["out"]}
+        checks = (set(distinct_checks(self.original, program, plan)) for program, plan in plans)
+        return bool(roots & computed or set.intersection(*checks))

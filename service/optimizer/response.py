@@ -86,6 +86,9 @@ class Validation(_Open):
     distinct_regions: int | None = Field(None, description="regions checked, one per distinct kind")
     reused_regions: int | None = Field(None, description="of the distinct regions, those whose check passed "
                                                          "already on the same draws (an earlier candidate's)")
+    reused_values: int | None = Field(None, description="values the regions start from that an earlier "
+                                                        "candidate's check showed equal to the original's, "
+                                                        "on the same draws")
     region_share: float | None = Field(None, description="share of the program inside rewritten regions")
     roots: list[str] | None = Field(None, description="original values the regions stand for")
     pieces: list[str] | None = Field(None, description="each searched piece's criterion (criterion pieces)")

@@ -8,10 +8,10 @@ import json
 import jax
 import jax.numpy as jnp
 import numpy as np
-from wire_examples import two_regions
+from wire_examples import projections, two_regions
 
 from lowering.compare import bit_identical, output_error
-from lowering.validate import validate, validate_whole
+from lowering.validate import CheckMemory, validate, validate_whole
 from lowering.validation_inputs import InputDraws, positive_inputs, random_inputs
 from wire.capture import capture
 
@@ -160,13 +160,14 @@ def test_draws_that_overflow_everywhere_tell_nothing_and_contracted_ones_decide(
     assert [d["can_tell"] for d in result["draws"]][:2] == [False, False] and result["draws"][-1]["contraction"] < 1
 
 
-def _stack(merged: bool, layers: int = 3, order=(0, 1, 2), last_order=None):
-    """`layers` blocks, each three projections of one input (merged into one matmul when asked)
-    followed by the same downstream work: the shape of the optimizer's same-input merges."""
+def _stack(merged: bool, layers: int = 3, order=(0, 1, 2), last_order=None, merged_from: int = 0):
+    """`layers` blocks, each three projections of one input (merged into one matmul when asked,
+    from layer `merged_from` on) followed by the same downstream work: the shape of the
+    optimizer's same-input merges."""
     def fn(x, *ws):
         for layer in range(layers):
             wq, wk, wv = ws[3 * layer:3 * layer + 3]
-            if merged:
+            if merged and layer >= merged_from:
                 both = x @ jnp.concatenate([wq, wk, wv], axis=1)
                 parts = [both[:, 16 * i:16 * (i + 1)] for i in range(3)]
                 q, k, v = (parts[i] for i in (last_order if last_order and layer == layers - 1 else order))
@@ -219,25 +220,34 @@ def test_a_failed_region_is_overruled_where_a_change_there_would_have_shown():
 
 
 def test_a_region_check_that_passed_on_the_same_draws_is_not_run_again():
-    original, passed = _stack(False), {}
-    assert validate(original, _stack(True), passed=passed)["status"] == "passed" and len(passed) == 1
-    again = validate(original, _stack(True), passed=passed)
+    # the last layer alone merged is the check the first layer's merge passed, on other values
+    original, memory = _stack(False), CheckMemory()
+    assert validate(original, _stack(True), memory=memory)["status"] == "passed" and len(memory.passed) == 1
+    again = validate(original, _stack(True, merged_from=2), memory=memory)
     assert again["status"] == "passed" and again["reused_regions"] == 1 and again["draws"] == []
+    assert "reused_values" not in again
+
+
+def test_a_candidate_computing_what_a_passed_check_showed_runs_nothing():
+    original, memory = _stack(False), CheckMemory()
+    validate(original, _stack(True), memory=memory)
+    again = validate(original, _stack(True), memory=memory)
+    assert again["status"] == "passed" and again["reused_values"] == 3 and again["draws"] == []
 
 
 def test_a_new_region_beside_reused_ones_is_checked_and_both_are_reported():
-    original, passed = two_regions(False, False), {}
-    validate(original, two_regions(True, False), passed=passed)
-    result = validate(original, two_regions(True, True), passed=passed)
-    assert result["status"] == "passed" and result["distinct_regions"] == 2 and result["reused_regions"] == 1
-    assert len(passed) == 2 and [d["can_tell"] for d in result["draws"]] == [True, True]
+    original, memory = two_regions(False, False), CheckMemory()
+    validate(original, two_regions(True, False), memory=memory)
+    result = validate(original, two_regions(True, True), memory=memory)
+    assert result["status"] == "passed" and result["distinct_regions"] == 1 and result["reused_values"] == 1
+    assert len(memory.passed) == 2 and [d["can_tell"] for d in result["draws"]] == [True, True]
 
 
 def test_reused_region_checks_never_pass_a_wrong_new_region():
-    original, passed = _stack(False), {}
-    validate(original, _stack(True), passed=passed)
-    assert validate(original, _stack(True, last_order=(2, 1, 0)), passed=passed)["status"] == "failed"
-    assert len(passed) == 1
+    original, memory = _stack(False), CheckMemory()
+    validate(original, _stack(True), memory=memory)
+    assert validate(original, _stack(True, last_order=(2, 1, 0)), memory=memory)["status"] == "failed"
+    assert len(memory.passed) == 1
 
 
 def test_regions_find_a_wrong_weight_a_whole_run_would_barely_see():
@@ -302,3 +312,33 @@ def test_a_batch_norm_folded_into_its_weight_passes_and_a_wrong_fold_fails():
     original = _batch_norm(False)
     assert validate(original, _batch_norm(True))["status"] == "passed"  # var drawn normal: inconclusive
     assert validate(original, _batch_norm(True, wrong=True))["status"] == "failed"
+
+
+def _as_written(q, k, v):
+    return q * k + v
+
+
+def test_a_later_candidate_starts_from_the_values_an_earlier_check_showed():
+    # the first candidate merges the projections; the second regroups what follows them: its check
+    # runs only from the merged matmul's slices on, as an unchanged value would be
+    original, memory = projections(False, _as_written), CheckMemory()
+    first = validate(original, projections(True, _as_written), memory=memory)
+    assert first["status"] == "passed" and len(first["roots"]) == 3
+    second = validate(original, projections(True, lambda q, k, v: q * k - (-v)), memory=memory)
+    assert second["status"] == "passed" and second["reused_values"] == 3 and len(second["roots"]) == 1
+    assert second["trials"] == first["trials"] and second["max_rel_error"] >= first["max_rel_error"]
+
+
+def test_a_wrong_candidate_fails_from_values_an_earlier_check_showed():
+    original, memory = projections(False, _as_written), CheckMemory()
+    validate(original, projections(True, _as_written), memory=memory)
+    wrong = validate(original, projections(True, lambda q, k, v: q * k - v), memory=memory)
+    assert wrong["status"] == "failed"
+
+
+def test_values_of_a_failed_check_are_never_taken_as_shown():
+    original, memory = projections(False, _as_written), CheckMemory()
+    assert validate(original, projections(True, _as_written, swapped=True), memory=memory)["status"] == "failed"
+    assert not memory.verified
+    later = validate(original, projections(True, lambda q, k, v: q * k - (-v), swapped=True), memory=memory)
+    assert later["status"] == "failed"

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from wire_examples import two_regions
+from wire_examples import projections, two_regions
 
 from bench.models.zoo import ZOO
 from lowering.validate import validate
@@ -103,8 +103,19 @@ def test_a_candidate_sharing_a_region_with_the_algebraic_optimum_reuses_its_chec
         early.start(two_regions(True, True))
         verdict = early.result_for(two_regions(True, False))  # fusion kept one of the two rewrites
         assert not early.speculative.stopped.is_set()
-    assert verdict["status"] == "passed" and verdict["reused_regions"] == 1 and verdict["draws"] == []
+    assert verdict["status"] == "passed" and verdict["reused_values"] == 1 and verdict["draws"] == []
     assert early.jobs[-1].value["status"] == "passed" and early.jobs[-1].value["distinct_regions"] == 2
+
+
+def test_a_candidate_regrouping_around_values_the_algebraic_optimum_checks_waits_for_that_check():
+    # fusion kept the merged projections and regrouped what follows them: the speculative check
+    # shows the merged matmul's slices, and the candidate's own check starts from them
+    program = projections(False, lambda q, k, v: q * k + v)
+    with BackgroundValidation(program, "real", {}) as early:
+        early.start(projections(True, lambda q, k, v: q * k + v))
+        verdict = early.result_for(projections(True, lambda q, k, v: q * k - (-v)))
+        assert not early.speculative.stopped.is_set()
+    assert verdict["status"] == "passed" and verdict["reused_values"] == 3
 
 
 def test_a_wrong_region_beside_a_reused_one_still_fails():
