@@ -19,14 +19,15 @@ class CannotWiden(Exception):
     """The program does not evaluate in float64 (e.g. it bitcasts a float32 to an int32)."""
 
 
+def widened(array: Any) -> Any:
+    """A float array as float64, a complex one as complex128, the rest as it is (NumPy or JAX)."""
+    wide = WIDE.get(str(array.dtype))
+    return array.astype(wide) if wide else array
+
+
 def widen(args: list[Any]) -> list[np.ndarray]:
-    """Floats as float64, complex as complex128; the rest as they are."""
-    out = []
-    for a in args:
-        array = np.asarray(a)
-        wide = WIDE.get(str(array.dtype))
-        out.append(array.astype(wide) if wide else array)
-    return out
+    """`widened` host arrays."""
+    return [widened(np.asarray(a)) for a in args]
 
 
 def promote_to_float64(program: dict[str, Any]) -> dict[str, Any]:

@@ -9,9 +9,9 @@ from typing import Any
 import jax
 import numpy as np
 
+from lowering.judge import Verdict, judge
 from lowering.kernels import output_avals
 from lowering.precompute import PrecomputedProgram
-from lowering.validate import Verdict, judge
 from lowering.validation_inputs import TRIALS, Draw, nudged, nudges
 from lowering.widen import Widened, widen
 from wire.execute import jitted_program
@@ -82,7 +82,7 @@ def _to_jax(tensor: Any) -> Any:
 def validate_against_torch(captured: TorchProgram, optimized: dict[str, Any], seed: int = 0) -> dict[str, Any]:
     """The verdict on `optimized` with PyTorch itself as the reference: the exported graph run by
     PyTorch in float64 against the optimized program in float64, on the draws and under the verdict
-    rules of translation validation (`lowering.validate.judge`). What rounding explains there is
+    rules of translation validation (`lowering.judge.judge`). What rounding explains there is
     measured on the captured program run on the nudged inputs: it differs from PyTorch by the nudge's
     effect and by its constants, which capture rounded to the model's own dtype (gelu's 1/sqrt(2)
     in float32), so a draw tells only where the capture itself agrees with PyTorch within the

@@ -14,8 +14,9 @@ from typing import Any, Callable
 
 import jax
 
+from lowering.region_check import CheckMemory
 from lowering.regions import distinct_checks, find_regions
-from lowering.validate import CheckMemory, validate
+from lowering.validate import validate
 from lowering.validation_inputs import InputDraws
 
 

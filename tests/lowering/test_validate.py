@@ -11,7 +11,8 @@ import numpy as np
 from wire_examples import projections, two_regions
 
 from lowering.compare import bit_identical, output_error
-from lowering.validate import CheckMemory, validate, validate_whole
+from lowering.region_check import CheckMemory
+from lowering.validate import validate, validate_whole
 from lowering.validation_inputs import InputDraws, positive_inputs, random_inputs
 from wire.capture import capture
 
