@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from egglog import String, Vec, eq, i64, rule, set_, union, var, vars_
 
-from rewrites.analysis import typed, zeros
+from rewrites.analysis import ranked, typed, zeros
 from rewrites.registry import Family
 from rewrites.terms import Term, dtype, ivec, shape, slot_hi, slot_lo
 
@@ -38,16 +38,12 @@ def _same_input(n: int) -> None:
 
     lead = [sx[i64(k)] for k in range(n - 1)]
     n1, n2 = s1[1], s2[1]
-    merged_w = Term.concat(Vec[Term](a1, a2), 1)
-    merged = mm(merged_w)
+    merged = mm(Term.concat(Vec[Term](a1, a2), 1))
     # x@W1, x@W2 -> column slices of x@concat(W1, W2); W1, W2 matrices of one dtype
     MERGE.add("same-input-matmul-merge", "real",
-              rule(eq(d1).to(mm(a1)), eq(d2).to(mm(a2)), *_adjacent("input"),
-                   eq(sx).to(shape(x)), eq(sx.length()).to(i64(n)),
-                   eq(s1).to(shape(a1)), eq(s2).to(shape(a2)), eq(s1.length()).to(i64(2)),
-                   eq(s2.length()).to(i64(2)), eq(dt).to(dtype(d1)), eq(da).to(dtype(a1)), eq(da).to(dtype(a2)))
-              .then(*typed(merged_w, Vec[i64](s1[0], n1 + n2), da),
-                    *typed(merged, Vec[i64](*lead, n1 + n2), dt), *_covers("input", merged),
+              rule(eq(d1).to(mm(a1)), eq(d2).to(mm(a2)), *_adjacent("input"), *ranked(sx, x, n),
+                   *ranked(s1, a1, 2), *ranked(s2, a2, 2), eq(da).to(dtype(a1)), eq(da).to(dtype(a2)))
+              .then(*_covers("input", merged),
                     union(d1).with_(Term.slice(merged, zeros(n), Vec[i64](*lead, n1), ivec([]))),
                     union(d2).with_(Term.slice(merged, Vec[i64](*(i64(0) for _ in lead), n1),
                                                Vec[i64](*lead, n1 + n2), ivec([])))))
@@ -64,19 +60,17 @@ def _mw(lhs: Term) -> Term:
 stacked = Term.concat(Vec[Term](a1, a2), 0)
 # x1@W, x2@W -> row slices of concat(x1, x2)@W; x1, x2, W matrices, x1 and x2 of one dtype
 MERGE.add("same-weight-matmul-merge", "real",
-          rule(eq(d1).to(_mw(a1)), eq(d2).to(_mw(a2)), *_adjacent("weight"),
-               eq(s1).to(shape(a1)), eq(s1.length()).to(i64(2)), eq(s2).to(shape(a2)), eq(s2.length()).to(i64(2)),
-               eq(sw).to(shape(w)), eq(sw.length()).to(i64(2)), eq(dt).to(dtype(d1)), eq(da).to(dtype(a1)),
-               eq(da).to(dtype(a2)))
-          .then(*typed(stacked, Vec[i64](s1[0] + s2[0], s1[1]), da),
-                *typed(_mw(stacked), Vec[i64](s1[0] + s2[0], sw[1]), dt), *_covers("weight", _mw(stacked)),
+          rule(eq(d1).to(_mw(a1)), eq(d2).to(_mw(a2)), *_adjacent("weight"), *ranked(s1, a1, 2),
+               *ranked(s2, a2, 2), *ranked(sw, w, 2), eq(da).to(dtype(a1)), eq(da).to(dtype(a2)))
+          .then(*_covers("weight", _mw(stacked)),
                 union(d1).with_(Term.slice(_mw(stacked), zeros(2), Vec[i64](s1[0], sw[1]), ivec([]))),
                 union(d2).with_(Term.slice(_mw(stacked), Vec[i64](s1[0], i64(0)),
                                            Vec[i64](s1[0] + s2[0], sw[1]), ivec([])))))
 
 
 # conv(x, K1), conv(x, K2) -> feature slices of conv(x, concat(K1, K2)): one pass over x for both
-# kernel sets; same params (one extra id), ungrouped (ingest numbers only those), one dtype
+# kernel sets; same params (one extra id), ungrouped (ingest numbers only those), one dtype. The
+# merged conv is typed here: a conv's shape rule reads params the e-graph does not hold.
 for _rd in range(4):
     for _od in range(4):
         def _conv(kernel: Term) -> Term:
@@ -86,12 +80,9 @@ for _rd in range(4):
         o1, o2 = vars_("o1 o2", Vec[i64])
         MERGE.add("same-input-conv-merge", "real",
                   rule(eq(d1).to(_conv(a1)), eq(d2).to(_conv(a2)), *_adjacent("input"),
-                       eq(s1).to(shape(a1)), eq(s1.length()).to(i64(4)), eq(s2).to(shape(a2)),
-                       eq(o1).to(shape(d1)), eq(o2).to(shape(d2)), eq(dt).to(dtype(d1)), eq(da).to(dtype(a1)),
-                       eq(da).to(dtype(a2)))
-                  .then(*typed(kernels, Vec[i64](*(s1[i64(k)] + s2[i64(k)] if k == _rd else s1[i64(k)]
-                                                   for k in range(4))), da),
-                        *typed(both, Vec[i64](*(o1[i64(k)] + o2[i64(k)] if k == _od else o1[i64(k)]
+                       *ranked(s1, a1, 4), eq(o1).to(shape(d1)), eq(o2).to(shape(d2)), eq(dt).to(dtype(d1)),
+                       eq(da).to(dtype(a1)), eq(da).to(dtype(a2)))
+                  .then(*typed(both, Vec[i64](*(o1[i64(k)] + o2[i64(k)] if k == _od else o1[i64(k)]
                                                 for k in range(4))), dt), *_covers("input", both),
                         union(d1).with_(Term.slice(both, zeros(4), o1, ivec([]))),
                         union(d2).with_(Term.slice(both, Vec[i64](*(o1[i64(k)] if k == _od else i64(0)

@@ -1,13 +1,14 @@
 """The shape and dtype analysis: a term a rule builds takes its shape and dtype from its operands by
 JAX's own shape rules, so a rule states only its identity. Ingest types every term it loads from
-the program's avals; these rules type the forms rules build (elementwise ops, literals, 2-D and
-batched matmuls, transposes, broadcasts, reshapes, conversions, two-part concatenations), and
+the program's avals; these rules type the forms rules build (elementwise ops, literals, matmuls
+on a matrix and batched ones, transposes, broadcasts, reshapes, conversions, static slices,
+two-part concatenations), and
 agree with ingest wherever both apply (a disagreement is a union of two types: egglog panics)."""
 from __future__ import annotations
 
 from egglog import String, StringLike, Vec, eq, f64, function, i64, i64Like, ne, rule, ruleset, set_, var, vars_
 
-from rewrites.analysis import MAX_RANK, typed
+from rewrites.analysis import MAX_RANK, ranked, typed
 from rewrites.params import NO_PARAMS
 from rewrites.terms import UNARY_OPS, Term, dtype, ivec, shape
 from wire.primitives import names
@@ -31,7 +32,7 @@ op, d, nd, da, db = vars_("op d nd da db", String)
 e, k = vars_("e k", i64)
 value = var("value", f64)
 parts = var("parts", Vec[Term])
-sa, sb, perm, sizes, dims, lc, rc, lb, rb = vars_("sa sb perm sizes dims lc rc lb rb", Vec[i64])
+sa, sb, perm, sizes, dims, lc, rc, lb, rb, lo, hi, st = vars_("sa sb perm sizes dims lc rc lb rb lo hi st", Vec[i64])
 NONE = i64(NO_PARAMS)
 # Ops whose result does not have the operands' dtype (abs of a complex, comparisons): typed by
 # ingest, and a binary one by `result_dtype` too.
@@ -41,10 +42,6 @@ _OTHER_DTYPE_BINARY = names(term="binary") - names(dtype_rule="operands")
 
 def _not_in(variable, excluded) -> list:
     return [ne(variable).to(String(name)) for name in sorted(excluded)]
-
-
-def _ranked(vec, term: Term, n: int) -> list:
-    return [eq(vec).to(shape(term)), eq(vec.length()).to(i64(n))]
 
 
 def _broadcast_dim(m, n):
@@ -66,9 +63,9 @@ SHAPE_RULES = [
     .then(*typed(t, sa, d)),
     rule(eq(t).to(Term.flit(value, d))).then(*typed(t, Vec[i64](), d)),
     # elementwise, two operands: a rank-0 operand broadcasts, and a size-1 dim takes the other's size
-    rule(eq(t).to(Term.binary(op, a, b, e)), *_ranked(sa, a, 0), eq(sb).to(shape(b))).then(set_(shape(t)).to(sb)),
-    rule(eq(t).to(Term.binary(op, a, b, e)), *_ranked(sb, b, 0), eq(sa).to(shape(a))).then(set_(shape(t)).to(sa)),
-    *(rule(eq(t).to(Term.binary(op, a, b, e)), *_ranked(sa, a, n), *_ranked(sb, b, n))
+    rule(eq(t).to(Term.binary(op, a, b, e)), *ranked(sa, a, 0), eq(sb).to(shape(b))).then(set_(shape(t)).to(sb)),
+    rule(eq(t).to(Term.binary(op, a, b, e)), *ranked(sb, b, 0), eq(sa).to(shape(a))).then(set_(shape(t)).to(sa)),
+    *(rule(eq(t).to(Term.binary(op, a, b, e)), *ranked(sa, a, n), *ranked(sb, b, n))
       .then(set_(shape(t)).to(Vec[i64](*(_broadcast_dim(sa[i64(i)], sb[i64(i)]) for i in range(n)))))
       for n in range(1, MAX_RANK + 1)),
     rule(eq(t).to(Term.binary(op, a, b, NONE)), eq(d).to(dtype(a)), eq(d).to(dtype(b)),
@@ -80,10 +77,18 @@ SHAPE_RULES = [
     rule(eq(t).to(Term.broadcast(x, sizes, dims, e)), eq(d).to(dtype(x))).then(*typed(t, sizes, d)),
     rule(eq(t).to(Term.reshape(x, sizes, e)), eq(d).to(dtype(x))).then(*typed(t, sizes, d)),
     rule(eq(t).to(Term.convert(x, nd, e)), eq(sa).to(shape(x))).then(*typed(t, sa, nd)),
-    # [m, k] @ [k, n] -> [m, n]; [b, m, k] @ [b, k, n] -> [b, m, n]
-    rule(eq(t).to(_dot([1], [0], [])), *_ranked(sa, a, 2), *_ranked(sb, b, 2))
-    .then(set_(shape(t)).to(Vec[i64](sa[0], sb[1]))),
-    rule(eq(t).to(_dot([2], [1], [0])), *_ranked(sa, a, 3), *_ranked(sb, b, 3))
+    # a static slice: (limit - start) / stride elements per dim, rounded up; no strides is unit strides
+    *(rule(eq(t).to(Term.slice(x, lo, hi, st)), eq(st.length()).to(i64(0)), eq(lo.length()).to(i64(n)),
+           eq(d).to(dtype(x)))
+      .then(*typed(t, Vec[i64](*(hi[i64(i)] - lo[i64(i)] for i in range(n))), d)) for n in range(1, MAX_RANK + 1)),
+    *(rule(eq(t).to(Term.slice(x, lo, hi, st)), eq(st.length()).to(i64(n)), eq(lo.length()).to(i64(n)),
+           eq(d).to(dtype(x)))
+      .then(*typed(t, Vec[i64](*((hi[i64(i)] - lo[i64(i)] + st[i64(i)] - 1) / st[i64(i)] for i in range(n))), d))
+      for n in range(1, MAX_RANK + 1)),
+    # [..., k] @ [k, n] -> [..., n]; [b, m, k] @ [b, k, n] -> [b, m, n]
+    *(rule(eq(t).to(_dot([n - 1], [0], [])), *ranked(sa, a, n), *ranked(sb, b, 2))
+      .then(set_(shape(t)).to(Vec[i64](*(sa[i64(i)] for i in range(n - 1)), sb[1]))) for n in range(1, MAX_RANK + 1)),
+    rule(eq(t).to(_dot([2], [1], [0])), *ranked(sa, a, 3), *ranked(sb, b, 3))
     .then(set_(shape(t)).to(Vec[i64](sa[0], sa[1], sb[2]))),
     # result dtypes that depend on params: learned from typed terms, given to new ones
     rule(eq(t).to(Term.dot(a, b, lc, rc, lb, rb, e)), eq(d).to(dtype(t)), eq(da).to(dtype(a)), eq(db).to(dtype(b)))
