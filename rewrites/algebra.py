@@ -7,6 +7,7 @@ from egglog import String, eq, f64, i64, ne, relation, rewrite, rule, set_, unio
 from rewrites.params import NO_PARAMS
 from rewrites.registry import Family
 from rewrites.terms import Term, dtype, float_bits, literal_value, shape
+from wire.primitives import PRIMITIVES
 
 ALGEBRA = Family("algebra")
 
@@ -72,21 +73,26 @@ ALGEBRA.add("expand-mul-add", "real", rewrite(binary("mul", a, binary("add", b, 
             .to(binary("add", binary("mul", a, b, e), binary("mul", a, c, e)), eq(shape(a)).to(shape(b)),
                 eq(shape(a)).to(shape(c))))
 
-# --- Scalar constant folding. Exact for float32/float64: the double result rounded once to the
-# dtype is the correctly rounded result (a double has more than 2p+2 bits for p = 24).
+# --- Scalar constant folding in egglog's f64, for the binary primitives it has the arithmetic of.
+# Where IEEE fixes the primitive's result (the table's fp_exact), the double result rounded once to
+# float32 or float64 is the correctly rounded result (a double has more than 2p+2 bits for p = 24):
+# the fold is exact. Any other fold (pow) is an identity of real numbers only.
 # Analyses: a computed literal knows its value, and an ingested nonzero literal is the same class
 # as the computed literal of its value (egglog's f64 equates -0.0 and 0.0, so zeros stay apart).
 ALGEBRA.add("literal-value-of-folded", "exact", rule(eq(a).to(Term.flit(va, d))).then(set_(literal_value(a)).to(va)))
 ALGEBRA.add("literal-as-value", "exact",
             rule(eq(a).to(Term.lit(e, d)), eq(va).to(literal_value(a)), ne(va).to(f64(0.0)))
             .then(union(a).with_(Term.flit(va, d))))
-for _op, _fold in (("add", va + vb), ("sub", va - vb), ("mul", va * vb)):
+# op -> (its f64 arithmetic, the operands it is defined for: no division by zero, pow of a positive base)
+_F64_ARITHMETIC = {"add": (va + vb, []), "sub": (va - vb, []), "mul": (va * vb, []),
+                   "div": (va / vb, [ne(vb).to(f64(0.0))]), "pow": (va ** vb, [va > f64(0.0)])}
+for _op, (_fold, _domain) in _F64_ARITHMETIC.items():
     for _dtype in ("float32", "float64"):
         # lit(a) op lit(b) -> lit(a op b); guard: a nonzero result (the sign of a zero is lost)
-        ALGEBRA.add(f"fold-{_op}", "exact",
+        ALGEBRA.add(f"fold-{_op}", "exact" if PRIMITIVES[_op].fp_exact else "real",
                     rewrite(binary(_op, a, b, e)).to(Term.flit(_fold, d), eq(va).to(literal_value(a)),
                                                      eq(vb).to(literal_value(b)), eq(d).to(dtype(a)),
-                                                     eq(d).to(String(_dtype)), ne(_fold).to(f64(0.0))))
+                                                     eq(d).to(String(_dtype)), ne(_fold).to(f64(0.0)), *_domain))
 for _dtype in FLOAT_DTYPES:
     # x / c -> x * (1/c); guards: c != 0 and 1/c != 0 (zeros lose their sign as f64 values),
     # and a float dtype (integer division truncates). Real: 1/c is rounded.

@@ -8,11 +8,11 @@ from typing import Literal
 
 from egglog import RewriteOrRule, Ruleset, ruleset
 
+from wire.primitives import GENERIC_TERMS, PRIMITIVES
+
 FpMode = Literal["exact", "real"]
-# Term constructors named otherwise than the primitive they stand for (rewrites/ingest.py's encoders).
-_CONSTRUCTOR_PRIMITIVES = {"dot": "dot_general", "select": "select_n", "concat": "concatenate",
-                           "broadcast": "broadcast_in_dim", "conv": "conv_general_dilated",
-                           "convert": "convert_element_type"}
+# Term constructors of their own, by the primitive they stand for.
+_CONSTRUCTOR_PRIMITIVES = {p.term: p.name for p in PRIMITIVES.values() if p.term and p.term not in GENERIC_TERMS}
 _OP_STRING = re.compile(r'(?:Term|Body)\.(?:unary|binary|reduce)\(\s*"(\w+)"')
 _CONSTRUCTOR = re.compile(r"(?:Term|Body)\.(\w+)\(")
 _NOT_OPS = {"unary", "binary", "reduce", "lit", "flit", "var", "kernel", "kernel_tee", "tee_out", "opaque", "arg"}

@@ -1,8 +1,9 @@
 """One table of what the optimizer knows about each primitive, as JAX registers its own: the kernel
-role it plays, the unit that prices it, whether it is pure (free to move out of a loop), the form
-the e-graph language gives it, the params JAX requires but that are almost always None, and the
-params that hold nested programs. Every layer reads its sets from here; a primitive not in the
-table is opaque: carried through untouched, priced as host work, never moved."""
+role it plays, the unit that prices it, whether it is pure (free to move out of a loop), whether
+IEEE arithmetic fixes its bits, the e-graph term it is held as (and lowered back from), its result
+dtype, the params JAX requires but that are almost always None, and the params that hold nested
+programs. Every layer reads its sets from here; a primitive not in the table is opaque: carried
+through untouched, priced as host work, never moved."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,9 +14,10 @@ Role = Literal["gemm", "elementwise", "reduction", "view", "move", "control"]
 # bytes moved on the vector unit's SRAM port, nothing (an index map), a loop over its bodies, or
 # the host (what the profile cannot price better).
 Cost = Literal["gemm", "vector", "move", "free", "loop", "host"]
-# How the e-graph language holds it: a typed unary, binary or reduce term; anything else is its
-# own constructor or an opaque node.
-TermForm = Literal["unary", "binary", "reduce"] | None
+# The e-graph term that holds it (rewrites.ingest encodes it, costmodel.node_equation lowers it back
+# to the primitive): a generic unary, binary or reduce term named by the primitive, a constructor of
+# its own, or None: an opaque node.
+GENERIC_TERMS = ("unary", "binary", "reduce")
 # An elementwise result's dtype: the operands' own, bool (comparisons), or the real type of a
 # complex operand (abs).
 DtypeRule = Literal["operands", "bool", "real"]
@@ -27,7 +29,11 @@ class Primitive:
     role: Role
     cost: Cost
     pure: bool = True
-    term: TermForm = None
+    # IEEE 754 fixes its result (the exact value correctly rounded, or no arithmetic at all), so
+    # every conforming backend computes the same bits; a transcendental function is an
+    # approximation, and a sum or product over many terms depends on the order it is taken in.
+    fp_exact: bool = False
+    term: str | None = None
     none_params: tuple[str, ...] = ()
     dtype_rule: DtypeRule = "operands"
     bodies: tuple[tuple[str, str | None], ...] = ()  # (param holding a nested program, its consts-count param)
@@ -39,44 +45,56 @@ def _group(names: str, role: Role, cost: Cost, **fields) -> list[Primitive]:
 
 _ACCURACY = ("accuracy",)  # transcendental ops' accuracy hint
 _GEMM_NONE = ("out_sharding", "precision", "preferred_element_type")
+_EXACT = {"fp_exact": True}
 
 PRIMITIVES: dict[str, Primitive] = {p.name: p for p in [
-    *_group("dot_general conv_general_dilated", "gemm", "gemm", none_params=_GEMM_NONE),
+    Primitive("dot_general", "gemm", "gemm", term="dot", none_params=_GEMM_NONE),
+    Primitive("conv_general_dilated", "gemm", "gemm", term="conv", none_params=_GEMM_NONE),
     # elementwise on the vector unit, one operand
-    *_group("neg sign floor ceil erf erfc erf_inv not square", "elementwise", "vector", term="unary"),
-    Primitive("abs", "elementwise", "vector", term="unary", dtype_rule="real"),
-    Primitive("is_finite", "elementwise", "vector", term="unary", dtype_rule="bool"),
-    *_group("exp exp2 log log1p expm1 tanh logistic sin cos tan sqrt rsqrt cbrt", "elementwise", "vector",
+    *_group("neg sign floor ceil not square", "elementwise", "vector", term="unary", **_EXACT),
+    *_group("erf erfc erf_inv", "elementwise", "vector", term="unary"),
+    Primitive("abs", "elementwise", "vector", term="unary", dtype_rule="real", **_EXACT),
+    Primitive("is_finite", "elementwise", "vector", term="unary", dtype_rule="bool", **_EXACT),
+    Primitive("sqrt", "elementwise", "vector", term="unary", none_params=_ACCURACY, **_EXACT),
+    *_group("exp exp2 log log1p expm1 tanh logistic sin cos tan rsqrt cbrt", "elementwise", "vector",
             term="unary", none_params=_ACCURACY),
-    Primitive("reciprocal", "elementwise", "vector", pure=False, term="unary"),
+    Primitive("reciprocal", "elementwise", "vector", pure=False, term="unary", **_EXACT),
     # elementwise on the vector unit, two operands (size-1 and rank-0 operands broadcast)
-    *_group("add sub div max min pow rem atan2 nextafter and or xor", "elementwise", "vector", term="binary"),
-    *_group("eq ne lt le gt ge", "elementwise", "vector", term="binary", dtype_rule="bool"),
-    Primitive("mul", "elementwise", "vector", term="binary", none_params=("out_dtype",)),
-    *_group("select_n integer_pow clamp round reduce_precision", "elementwise", "vector"),
-    Primitive("convert_element_type", "elementwise", "vector", none_params=("sharding",)),
-    Primitive("iota", "elementwise", "vector", none_params=("sharding",)),
-    Primitive("add_any", "elementwise", "vector", pure=False),
+    *_group("add sub div max min rem nextafter and or xor", "elementwise", "vector", term="binary", **_EXACT),
+    *_group("pow atan2", "elementwise", "vector", term="binary"),
+    *_group("eq ne lt le gt ge", "elementwise", "vector", term="binary", dtype_rule="bool", **_EXACT),
+    Primitive("mul", "elementwise", "vector", term="binary", none_params=("out_dtype",), **_EXACT),
+    Primitive("select_n", "elementwise", "vector", term="select", **_EXACT),
+    Primitive("integer_pow", "elementwise", "vector", term="integer_pow"),
+    *_group("clamp round reduce_precision", "elementwise", "vector", **_EXACT),
+    Primitive("convert_element_type", "elementwise", "vector", term="convert", none_params=("sharding",), **_EXACT),
+    Primitive("iota", "elementwise", "vector", none_params=("sharding",), **_EXACT),
+    Primitive("add_any", "elementwise", "vector", pure=False, **_EXACT),
     # elementwise the vector unit has no price for
-    *_group("acos acosh asin asinh atan atanh bessel_i0e bessel_i1e clz complex conj cosh digamma igamma igammac "
-            "imag lgamma polygamma population_count real shift_left shift_right_arithmetic shift_right_logical "
+    *_group("acos acosh asin asinh atan atanh bessel_i0e bessel_i1e cosh digamma igamma igammac lgamma polygamma "
             "sinh zeta", "elementwise", "host"),
+    *_group("clz complex conj imag population_count real shift_left shift_right_arithmetic shift_right_logical",
+            "elementwise", "host", **_EXACT),
     # reductions and scans along an axis
-    *_group("reduce_max reduce_min", "reduction", "vector", term="reduce"),
+    *_group("reduce_max reduce_min", "reduction", "vector", term="reduce", **_EXACT),
     Primitive("reduce_sum", "reduction", "vector", term="reduce", none_params=("out_sharding",)),
-    *_group("reduce_prod argmax argmin cumsum cumprod cummax cummin cumlogsumexp", "reduction", "vector"),
-    *_group("reduce_and reduce_or reduce_xor", "reduction", "host"),
+    *_group("reduce_prod cumsum cumprod cumlogsumexp", "reduction", "vector"),
+    *_group("argmax argmin cummax cummin", "reduction", "vector", **_EXACT),
+    *_group("reduce_and reduce_or reduce_xor", "reduction", "host", **_EXACT),
     # views: a kernel reads their operand through another index map, no data moves
-    Primitive("reshape", "view", "free", none_params=("dimensions", "sharding")),
-    Primitive("broadcast_in_dim", "view", "free", none_params=("sharding",)),
-    Primitive("squeeze", "view", "free"),
-    *_group("expand_dims bitcast_convert_type", "view", "free", pure=False),
-    Primitive("stop_gradient", "view", "free", pure=False, term="unary"),  # the identity when run
+    Primitive("reshape", "view", "free", term="reshape", none_params=("dimensions", "sharding"), **_EXACT),
+    Primitive("broadcast_in_dim", "view", "free", term="broadcast", none_params=("sharding",), **_EXACT),
+    Primitive("squeeze", "view", "free", term="squeeze", **_EXACT),
+    *_group("expand_dims bitcast_convert_type", "view", "free", pure=False, **_EXACT),
+    Primitive("stop_gradient", "view", "free", pure=False, term="unary", **_EXACT),  # the identity when run
     # data movement
-    *_group("transpose concatenate slice pad rev dynamic_slice dynamic_update_slice gather", "move", "move"),
-    Primitive("copy", "move", "move", term="unary"),
-    Primitive("copy_p", "move", "move", pure=False),
-    Primitive("split", "move", "host"),
+    Primitive("transpose", "move", "move", term="transpose", **_EXACT),
+    Primitive("concatenate", "move", "move", term="concat", **_EXACT),
+    Primitive("slice", "move", "move", term="slice", **_EXACT),
+    *_group("pad rev dynamic_slice dynamic_update_slice gather", "move", "move", **_EXACT),
+    Primitive("copy", "move", "move", term="unary", **_EXACT),
+    Primitive("copy_p", "move", "move", pure=False, **_EXACT),
+    Primitive("split", "move", "host", **_EXACT),
     # control flow: nested programs, priced from their bodies, never moved as a whole
     Primitive("scan", "control", "loop", pure=False, bodies=(("jaxpr", "num_consts"),)),
     Primitive("while", "control", "loop", pure=False,

@@ -62,6 +62,8 @@ CASES: dict[str, RuleCase] = {
     "fold-add": _fold("add", 2.0, 3.0, 5.0),
     "fold-sub": _fold("sub", 7.0, 2.5, 4.5),
     "fold-mul": _fold("mul", 1.5, -4.0, -6.0),
+    "fold-div": _fold("div", 1.0, 8.0, 0.125),
+    "fold-pow": _fold("pow", 4.0, 0.5, 2.0),
     "div-by-constant": RuleCase(lambda x: x / 4.0, lambda x: x * 0.25, one_shape(0, 4)),
     "neg-mul": RuleCase(lambda a, b: (-a) * b, lambda a, b: -(a * b), _same(2)),
     "sub-to-add-neg": RuleCase(lambda a, b: a - b, lambda a, b: a + (-b), _same(2)),
@@ -131,6 +133,18 @@ def test_chain_of_exact_units_becomes_x_in_exact_mode():
 def test_units_apply_to_integer_arrays():
     ints = [np.arange(12, dtype=np.int32).reshape(3, 4)]
     assert proves_equal(lambda i: lax.div(i * 1, np.int32(1)) - 0, lambda i: i, ints, [ALGEBRA], "exact")
+
+
+def test_folds_are_exact_where_ieee_fixes_the_primitive():
+    assert {n: rule_mode(ALGEBRA, n) for n in CASES if n.startswith("fold-")} == {
+        "fold-add": "exact", "fold-sub": "exact", "fold-mul": "exact", "fold-div": "exact", "fold-pow": "real"}
+
+
+def test_a_division_by_a_zero_literal_is_not_folded():
+    program = _fold("div", 1.0, 0.0, 0.0).program([], {})
+    program["outputs"] = ["t"]
+    response = optimize(program)
+    assert [e["op"] for e in response["program"]["eqns"]] == ["div"]
 
 
 # --- Negative goals ------------------------------------------------------------------------------

@@ -2,23 +2,63 @@
 name where their bodies are, and a primitive it does not know stays opaque."""
 from __future__ import annotations
 
+import inspect
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from costmodel.node_equation import node_equation
 from costmodel.op_cost import FREE_OPS, GEMM_OPS, op_cost
 from costmodel.profile import load_profile
+from lowering.compare import bit_identical
+from rewrites.ingest import ENCODERS
+from rewrites.merge import MERGE
+from rewrites.registry import pattern_ops
 from rewrites.terms import BINARY_OPS, REDUCE_OPS, UNARY_OPS
 from wire.capture import capture
 from wire.execute import primitive_table, typecheck
-from wire.primitives import GEMMS, PRIMITIVES, PURE, names, nested_programs
+from wire.primitives import GEMMS, GENERIC_TERMS, PRIMITIVES, PURE, names, nested_programs
 
 
 def test_each_layers_sets_are_the_tables():
     assert GEMMS == GEMM_OPS == {"dot_general", "conv_general_dilated"}
     assert names(role="view") == FREE_OPS
-    assert UNARY_OPS | BINARY_OPS | REDUCE_OPS == {p.name for p in PRIMITIVES.values() if p.term}
+    assert UNARY_OPS | BINARY_OPS | REDUCE_OPS == names(term="unary") | names(term="binary") | names(term="reduce")
     assert {"tanh", "add", "reduce_sum"} <= UNARY_OPS | BINARY_OPS | REDUCE_OPS
+
+
+def test_every_primitive_held_as_a_term_is_ingested_as_one_and_lowered_back():
+    assert {p.name for p in PRIMITIVES.values() if p.term} <= set(ENCODERS)
+    constructors = {p.term for p in PRIMITIVES.values() if p.term} - set(GENERIC_TERMS)
+    lowering = inspect.getsource(node_equation)
+    assert constructors and all(f'case "{c}"' in lowering for c in constructors)
+    # rules name their patterns' primitives through the table's constructors
+    assert {"dot_general", "concatenate", "slice"} <= pattern_ops(MERGE.rules)["same-input-matmul-merge"]
+
+
+def test_primitives_ieee_fixes_compute_the_correctly_rounded_result():
+    # float32 results equal the float64 ones rounded to float32 (a double has more than 2p+2 bits,
+    # so that is the correctly rounded result): a transcendental marked exact would fail here
+    rng = np.random.default_rng(0)
+    x, y = (rng.standard_normal(4096).astype(np.float32) * 10 for _ in range(2))
+    checked, jax_primitives = [], primitive_table()
+    for p in PRIMITIVES.values():
+        if not p.fp_exact or p.term not in ("unary", "binary") or p.dtype_rule != "operands" or p.name == "nextafter":
+            continue  # nextafter steps one ulp of its own type: exact, but not a rounded real function
+        primitive, args = jax_primitives.get(p.name), (x,) if p.term == "unary" else (x, y)
+        if primitive is None:  # stop_gradient: no primitive of its own (the identity when run)
+            continue
+        try:
+            narrow = np.asarray(primitive.bind(*map(jnp.asarray, args)))
+        except TypeError:  # bitwise ops take no floats
+            continue
+        with jax.enable_x64(True):
+            wide = np.asarray(primitive.bind(*(jnp.asarray(a.astype(np.float64)) for a in args)))
+        assert bit_identical(narrow, wide.astype(np.float32)), p.name
+        checked.append(p.name)
+    assert {"add", "sub", "mul", "div", "sqrt", "max", "rem", "neg"} <= set(checked)
 
 
 def test_control_flow_is_never_moved_and_names_its_bodies():
