@@ -25,10 +25,14 @@ def output_error(reference: np.ndarray, result: np.ndarray) -> float:
     if not np.issubdtype(ref.dtype, np.inexact):
         return 0.0 if np.array_equal(ref, res) else 1.0
     wide = np.complex128 if np.issubdtype(ref.dtype, np.complexfloating) else np.float64
-    ref, res = ref.astype(wide), res.astype(wide)
-    if np.isfinite(ref).all() and np.isfinite(res).all():  # the common case, without masked copies
-        scale = max(np.abs(ref).max(initial=0.0), np.finfo(np.float64).tiny)
-        return float(np.abs(ref - res).max(initial=0.0) / scale) if ref.size else 0.0
+    ref, res = ref.astype(wide, copy=False), res.astype(wide, copy=False)
+    if not ref.size:
+        return 0.0
+    # The common case in two passes: a max is nan or inf exactly when some value it covers is (or
+    # the difference overflows), so finite maxima mean every value of both arrays is finite.
+    scale, difference = np.abs(ref).max(), np.abs(ref - res).max()
+    if np.isfinite(scale) and np.isfinite(difference):
+        return float(difference / max(scale, np.finfo(np.float64).tiny))
     finite = np.isfinite(ref)
     if not np.array_equal(finite, np.isfinite(res)) or not np.array_equal(ref[~finite], res[~finite],
                                                                           equal_nan=True):

@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from lowering.regions import find_regions
+from lowering.regions import equations_reaching, find_regions
 from rewrites.fusion import FUSION
 from rewrites.registry import NamedRule, pattern_ops
 from rewrites.schedule import ALL_FAMILIES
@@ -28,20 +28,6 @@ def stands_for(original: dict[str, Any], optimized: dict[str, Any],
     return {**numbered, **recorded, **paired}
 
 
-def replaced_equations(original: dict[str, Any], outputs: Iterable[str], inputs: Iterable[str]) -> list[int]:
-    """Indices of the original's equations between the values a kernel's inputs stand for and those
-    its outputs stand for: the part of the original the kernel computes."""
-    producer = {o["name"]: i for i, e in enumerate(original["eqns"]) for o in e["out"]}
-    found, stack, stop = set(), list(outputs), set(inputs)
-    while stack:
-        name = stack.pop()
-        if name in stop or name not in producer or producer[name] in found:
-            continue
-        found.add(producer[name])
-        stack.extend(a for a in original["eqns"][producer[name]]["in"] if isinstance(a, str))
-    return sorted(found)
-
-
 def rule_patterns(extra_rules: Iterable[NamedRule] = ()) -> dict[str, frozenset[str]]:
     """Per rule name, the primitives its patterns mention: the optimizer's rules and `extra_rules`."""
     return pattern_ops([*(r for f in [*ALL_FAMILIES, FUSION] for r in f.rules), *extra_rules])
@@ -54,7 +40,8 @@ def kernel_origin(original: dict[str, Any], kernel: dict[str, Any], mapping: Map
     and the fired rules whose patterns mention its ops or those it replaces (none when unchanged;
     every fired rule whose patterns are unknown, such as a caller's own)."""
     targets = {name: mapping.get(name) for name in kernel["outputs"]}
-    replaced = replaced_equations(original, [t for t in targets.values() if t],
+    # the original's equations between the values the kernel's inputs stand for and its outputs'
+    replaced = equations_reaching(original, [t for t in targets.values() if t],
                                   [mapping.get(a, a) for a in kernel["inputs"]])
     ops = [original["eqns"][i]["op"] for i in replaced]
     changed = Counter(ops) != Counter(kernel["ops"]) or None in targets.values()

@@ -7,7 +7,7 @@ import hashlib
 import itertools
 import json
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 # Levels of operands hashed to recognise "the same value" across programs, deepest first: deep
 # hashes rarely collide, shallow ones still match just above a rewritten spot.
@@ -225,29 +225,38 @@ def find_regions(original: dict[str, Any], optimized: dict[str, Any], table: Val
     return RegionPlan(regions, share, p_num, o_num, {**partner, **identical}, relied)
 
 
+def equations_reaching(program: dict[str, Any], names: Iterable[str], stop: Iterable[str] = (),
+                       alias: dict[str, str] | None = None) -> list[int]:
+    """Indices, in program order, of the equations that compute `names`, back to the values in
+    `stop` (not computed: read). `alias` names a value read in place of another."""
+    alias = alias or {}
+    producer = {o["name"]: i for i, e in enumerate(program["eqns"]) for o in e["out"]}
+    stop, found, stack = set(stop), set(), [alias.get(n, n) for n in names]
+    while stack:
+        name = stack.pop()
+        if name in stop or name not in producer or producer[name] in found:
+            continue
+        found.add(producer[name])
+        stack.extend(alias.get(a, a) for a in program["eqns"][producer[name]]["in"] if isinstance(a, str))
+    return sorted(found)
+
+
 def cone(program: dict[str, Any], outputs: list[str], fed: list[str] = (),
          alias: dict[str, str] | None = None) -> dict[str, Any]:
     """The part of `program` that computes `outputs` from the values `fed` (taken as inputs, in
     that order, ahead of the program inputs the part still reads); consts it reads stay consts.
     `alias` names values equal to a fed one (a repeated computation): read as that one."""
     alias = alias or {}
-    producer = {o["name"]: i for i, e in enumerate(program["eqns"]) for o in e["out"]}
-    stop, used, stack = set(fed), set(), [alias.get(o, o) for o in outputs]
-    while stack:
-        name = stack.pop()
-        if name in stop or name in used:
-            continue
-        used.add(name)
-        if name in producer:
-            stack.extend(alias.get(a, a) for a in program["eqns"][producer[name]]["in"] if isinstance(a, str))
+    order = equations_reaching(program, outputs, fed, alias)
+    eqns = [{**e, "in": [alias.get(a, a) if isinstance(a, str) else a for a in e["in"]]}
+            for e in (program["eqns"][i] for i in order)]
+    outputs = [alias.get(o, o) for o in outputs]
+    read = ({a for e in eqns for a in e["in"] if isinstance(a, str)} | set(outputs)) - set(fed)
     avals = {o["name"]: o for e in program["eqns"] for o in e["out"]} | {s["name"]: s for s in program["inputs"]}
     inputs = [{"name": n, "shape": avals[n]["shape"], "dtype": avals[n]["dtype"]} for n in fed]
-    inputs += [s for s in program["inputs"] if s["name"] in used]
-    eqns = [{**e, "in": [alias.get(a, a) if isinstance(a, str) else a for a in e["in"]]}
-            for e in program["eqns"] if any(o["name"] in used for o in e["out"])]
+    inputs += [s for s in program["inputs"] if s["name"] in read]
     return {"format": program["format"], "inputs": inputs,
-            "consts": [c for c in program.get("consts", []) if c["name"] in used], "eqns": eqns,
-            "outputs": [alias.get(o, o) for o in outputs]}
+            "consts": [c for c in program.get("consts", []) if c["name"] in read], "eqns": eqns, "outputs": outputs}
 
 
 def check_key(original: dict[str, Any], optimized: dict[str, Any], region: Region, plan: RegionPlan) -> str:

@@ -133,10 +133,16 @@ class InputDraws:
             self.arrays[key] = array
         return self.arrays[key]
 
-    def fill(self, program: dict[str, Any], seeds: range = range(TRIALS)) -> None:
+    def fill(self, program: dict[str, Any], seeds: range = range(TRIALS), until: threading.Event | None = None) -> None:
+        """Draw ahead what checks of `program` read on `seeds`: its float inputs and their nudge
+        directions; stopped between arrays once `until` is set (a check that starts then draws
+        what it reads itself, often a small part of a model's weights)."""
         for seed in seeds:
-            nudges(program, seed, self)
             for spec in program["inputs"]:
+                if until is not None and until.is_set():
+                    return
+                if np.issubdtype(jax.numpy.dtype(spec["dtype"]), np.inexact):
+                    self.direction(seed, spec)
                 if spec["dtype"] in ("float32", "float64"):
                     self.normal(seed, spec)
 

@@ -17,7 +17,7 @@ import jax
 from lowering.region_check import CheckMemory
 from lowering.regions import distinct_checks, find_regions
 from lowering.validate import validate
-from lowering.validation_inputs import InputDraws
+from lowering.validation_inputs import TRIALS, InputDraws
 
 
 class CollectionPause:
@@ -83,13 +83,13 @@ class Job:
 
 
 class BackgroundValidation:
-    """Entering draws the validation inputs of `original` in the background; `start(algebraic)` then
-    validates the algebraic optimum there, and `result_for(candidate)` is that verdict when the
-    candidate computes the same, else the candidate's own validation. That one reuses what the
-    algebraic optimum's check showed (fusion's choices often differ from it in one region of many,
-    or regroup a region around the same merged GEMM), so that check runs on when the candidate
-    shares a region or a checked value with it, and otherwise stops at its next draw. Leaving
-    waits for both."""
+    """Entering draws the validation inputs of `original` in the background until a check starts;
+    `start(algebraic)` then validates the algebraic optimum there, and `result_for(candidate)` is
+    that verdict when the candidate computes the same, else the candidate's own validation. That
+    one reuses what the algebraic optimum's check showed (fusion's choices often differ from it in
+    one region of many, or regroup a region around the same merged GEMM), so that check runs on
+    when the candidate shares a region or a checked value with it, and otherwise stops at its next
+    draw. Leaving waits for both."""
 
     def __init__(self, original: dict[str, Any], fp_mode: str, timings: dict[str, float]):
         self.original, self.fp_mode, self.timings = original, fp_mode, timings
@@ -97,10 +97,11 @@ class BackgroundValidation:
         self.draws = InputDraws()
         self.speculative = self.draws.stoppable()  # the algebraic optimum's check, stopped when not wanted
         self.memory = CheckMemory()  # what either check showed on these draws
+        self.checking = threading.Event()  # a check has started: drawing ahead stops
         self.jobs: list[Job] = []
 
     def __enter__(self) -> BackgroundValidation:
-        self.jobs.append(Job(self.draws.fill, self.original))
+        self.jobs.append(Job(self.draws.fill, self.original, range(TRIALS), self.checking))
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -115,6 +116,7 @@ class BackgroundValidation:
     def start(self, algebraic: dict[str, Any]) -> None:
         self.settle()
         self.algebraic = algebraic
+        self.checking.set()
         self.jobs.append(Job(self._validate_algebraic, after=self.jobs[-1]))
 
     def _validate_algebraic(self) -> dict[str, Any]:
@@ -129,6 +131,7 @@ class BackgroundValidation:
         plan = find_regions(self.algebraic, candidate) if started else None
         if plan is not None and not plan.regions:
             return self.jobs[-1].result()
+        self.checking.set()
         if not (started and self._shares_region_checks(candidate)):
             self.speculative.stop()  # of no use to this candidate: it gives the cores back at its next draw
         self.settle(wait=True)  # one validation at a time: they share the cores

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -49,6 +50,11 @@ def test_error_is_normwise_relative_and_nan_positions_must_match():
     assert np.isclose(output_error(ref, np.array([1.0, 101.0, np.nan], np.float32)), 0.01)
     assert output_error(ref, np.array([1.0, 100.0, 0.0], np.float32)) == float("inf")
     assert output_error(np.array([1, 2]), np.array([1, 3])) == 1.0
+    finite = np.array([1.0, 2.0])
+    assert output_error(finite, np.array([1.0, np.inf])) == float("inf")  # an inf the reference lacks
+    assert output_error(finite, np.array([np.nan, 2.0])) == float("inf")
+    with np.errstate(over="ignore"):  # finite values whose difference overflows
+        assert output_error(np.array([1e308]), np.array([-1e308])) == float("inf")
 
 
 def test_exact_mode_sees_the_sign_of_zero():
@@ -267,6 +273,20 @@ def test_inputs_are_standard_normal_unless_scaled_by_fan_in():
     plain, scaled = random_inputs(program, 0), random_inputs(program, 0, scaled=True)
     assert np.array_equal(plain[0], scaled[0])  # x is a left operand: never scaled
     assert np.allclose(scaled[1], plain[1] / 4.0)  # a right operand contracting 16 values
+
+
+def test_drawing_ahead_stops_once_a_check_starts_and_the_check_draws_the_same_values():
+    program, started = _stack(False, layers=1), threading.Event()
+    ahead = InputDraws()
+    ahead.fill(program)
+    assert len(ahead.arrays) == 2 * 2 * len(program["inputs"])  # a normal and a direction per input and seed
+    started.set()
+    stopped = InputDraws()
+    stopped.fill(program, until=started)
+    assert not stopped.arrays
+    for seed in (0, 1):  # what a check draws itself equals what was drawn ahead
+        assert all(np.array_equal(a, b) for a, b in zip(random_inputs(program, seed, draws=stopped),
+                                                         random_inputs(program, seed, draws=ahead)))
 
 
 def test_an_output_with_no_finite_value_beside_others_is_compared_by_its_positions():

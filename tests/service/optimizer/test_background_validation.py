@@ -67,7 +67,9 @@ def test_the_inputs_are_drawn_ahead_and_shared_by_the_validation():
         early.settle(wait=True)
         drawn = dict(early.draws.arrays)
         assert {(seed, name) for seed, name, *_ in drawn} == {(s, i["name"]) for s in range(TRIALS) for i in program["inputs"]}
+        assert not early.checking.is_set()
         early.start(program)
+        assert early.checking.is_set()  # what the check reads and was not drawn yet, it draws itself
         early.result_for(program)
     assert all(early.draws.arrays[key] is array for key, array in drawn.items())  # used, not drawn again
 
