@@ -91,16 +91,17 @@ def cheapest_order(dims: Sequence[int], price: Callable[[int, int, int], float],
     where `price(m, k, n)` is one (m x k) @ (k x n) product. A run of `free` leaves (weights,
     whose product is precomputed) costs nothing. Ties go to the earliest split."""
     count = len(dims) - 1
-    free = np.array(tuple(free) or (False,) * count)
+    dearer = np.concatenate([[0], np.cumsum(~np.array(tuple(free) or (False,) * count))])  # non-free leaves before each
     steps = _split_prices(dims, price)
     cost, split = np.zeros((count, count)), np.zeros((count, count), dtype=np.int64)
-    for span in range(1, count):  # bottom up: every sub-chain before the chains containing it
-        for i in range(count - span):
-            j = i + span
-            step = 0.0 if free[i:j + 1].all() else steps(i, j)
-            totals = cost[i, i:j] + cost[i + 1:j + 1, j] + step
-            best = int(np.argmin(totals))
-            cost[i, j], split[i, j] = totals[best], i + best
+    for span in range(1, count):  # bottom up: every sub-chain before the chains containing it, all of a span at once
+        i = np.arange(count - span)
+        j = i + span
+        k = i[:, None] + np.arange(span)  # each sub-chain's splits: i..k times k+1..j
+        step = np.where((dearer[j + 1] == dearer[i])[:, None], 0.0, steps(i, j, k))
+        totals = cost[i[:, None], k] + cost[k + 1, j[:, None]] + step
+        best = np.argmin(totals, axis=1)
+        cost[i, j], split[i, j] = totals[np.arange(len(i)), best], i + best
 
     def order(i: int, j: int) -> Order:
         return i if i == j else (order(i, int(split[i, j])), order(int(split[i, j]) + 1, j))
@@ -108,17 +109,20 @@ def cheapest_order(dims: Sequence[int], price: Callable[[int, int, int], float],
     return float(cost[0, count - 1]), order(0, count - 1)
 
 
-def _split_prices(dims: Sequence[int], price: Callable[[int, int, int], float]) -> Callable[[int, int], np.ndarray]:
-    """`steps(i, j)`: the price of the last product of sub-chain i..j for each split i..j-1. Priced
-    once per distinct (m, k, n): a table over the distinct dimensions where that is fewer calls."""
+def _split_prices(dims: Sequence[int], price: Callable[[int, int, int], float]
+                  ) -> Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
+    """`steps(i, j, k)`: per sub-chain i[r]..j[r], the price of its last product when split after
+    each k[r, :]. Priced once per distinct (m, k, n): a table over the distinct dimensions where
+    that is fewer calls."""
     values = sorted(set(dims))
     index = np.array([values.index(d) for d in dims])
     count = len(dims) - 1
     if len(values) ** 3 <= count ** 3 // 6:
         table = np.array([[[price(m, k, n) for n in values] for k in values] for m in values])
-        return lambda i, j: table[index[i], index[i + 1:j + 1], index[j + 1]]
+        return lambda i, j, k: table[index[i][:, None], index[k + 1], index[j + 1][:, None]]
     price = cache(price)
-    return lambda i, j: np.array([price(dims[i], dims[k + 1], dims[j + 1]) for k in range(i, j)])
+    return lambda i, j, k: np.array([[price(dims[r], dims[c + 1], dims[q + 1]) for c in row]
+                                     for r, q, row in zip(i, j, k)], dtype=float).reshape(k.shape)
 
 
 def seed_chain_orders(loaded: LoadedProgram, prices: Sequence[Callable[[dict, str, int, int, int], float]],

@@ -112,6 +112,11 @@ GEMMS = names(role="gemm")
 PURE = names(pure=True)
 
 
+def holds_programs(program: dict) -> bool:
+    """Whether an equation of `program` holds a nested program (a loop body, a branch)."""
+    return any(PRIMITIVES[e["op"]].bodies for e in program["eqns"] if e["op"] in PRIMITIVES)
+
+
 def nested_programs(eqn: dict) -> Iterator[dict]:
     """The wire programs an equation of a control-flow primitive holds, in the order its params
     list them (a while's condition before its body; a cond's branches in order)."""

@@ -26,7 +26,10 @@ _CONST_INPUTS: dict[str, Callable[[dict], list[tuple[str, int, int]]]] = {
 def optimize_nested(program: dict[str, Any], optimize_body: Callable[[dict], dict]
                     ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """A copy of `program` whose nested programs are replaced by `optimize_body(body)["program"]`
-    where that validated and kept the body's interface, plus one report per nested program."""
+    where that validated and kept the body's interface, plus one report per nested program;
+    `program` itself where it holds none."""
+    if not nested_program_count(program):
+        return program, []
     result = copy.deepcopy(program)
     reports: list[dict[str, Any]] = []
     static = _static_names(result)

@@ -19,7 +19,10 @@ from rewrites.chain_order import PLAIN_MATMUL
 
 
 def hoist_scan_projections(program: dict[str, Any]) -> tuple[dict[str, Any], int]:
-    """A copy of `program` with every hoistable GEMM of its top-level scans hoisted, and how many."""
+    """A copy of `program` with every hoistable GEMM of its top-level scans hoisted, and how many
+    (`program` itself where it has no scan)."""
+    if not any(eqn["op"] == "scan" for eqn in program["eqns"]):
+        return program, 0
     result = copy.deepcopy(program)
     taken = avals_of(result).keys()
     fresh = (f"hoisted{k}" for k in count() if f"hoisted{k}" not in taken)

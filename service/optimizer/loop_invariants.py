@@ -9,7 +9,7 @@ from itertools import count
 from typing import Any, Iterator
 
 from wire.format import parse_dtype
-from wire.primitives import PRIMITIVES, PURE, nested_programs
+from wire.primitives import PRIMITIVES, PURE, holds_programs, nested_programs
 
 # Loop primitive -> [(param holding a body, its nconsts param)], in the order their consts appear
 # among the equation's operands (a while's are [cond consts, body consts, carries]).
@@ -25,7 +25,10 @@ def tidy_loops(program: dict[str, Any]) -> tuple[dict[str, Any], int]:
 
 def hoist_loop_invariants(program: dict[str, Any]) -> tuple[dict[str, Any], int]:
     """A copy of `program` with the invariant equations of every `scan` and `while` body (nested
-    loops included, innermost first) moved before their loop, and how many equations moved."""
+    loops included, innermost first) moved before their loop, and how many equations moved;
+    `program` itself where none moved."""
+    if not holds_programs(program):  # no loop: nothing to copy
+        return program, 0
     result = copy.deepcopy(program)
     moved = _hoist_in(result, counted=set())
     return (result, moved) if moved else (program, 0)
@@ -153,7 +156,10 @@ def _names(program: dict[str, Any]) -> set[str]:
 def drop_unused_loop_inputs(program: dict[str, Any]) -> tuple[dict[str, Any], int]:
     """A copy of `program` without the loop constants (and scanned inputs) no body reads any more,
     and how many went: a hoisted projection leaves its weight and its per-step input unread, and
-    every step would still carry them in (XLA's while-loop simplifier drops them too)."""
+    every step would still carry them in (XLA's while-loop simplifier drops them too); `program`
+    itself where none went."""
+    if not holds_programs(program):
+        return program, 0
     result = copy.deepcopy(program)
     dropped = _drop_in(result)
     return (result, dropped) if dropped else (program, 0)
