@@ -94,6 +94,15 @@ def test_work_that_reads_a_carry_or_a_step_input_stays_in_the_loop():
     assert hoist_loop_invariants(program) == (program, 0)
 
 
+def test_a_program_without_loops_passes_through_every_loop_pass_as_it_is():
+    program = capture(lambda x, w: jnp.tanh(x @ w), *_arrays((3, 8), (8, 8)))
+    snapshot = copy.deepcopy(program)
+    for loop_pass in (hoist_loop_invariants, drop_unused_loop_inputs, hoist_scan_projections):
+        result, changed = loop_pass(program)
+        assert result is program and changed == 0
+    assert program == snapshot
+
+
 def test_a_primitive_outside_the_pure_list_stays_and_so_does_what_reads_it():
     def fn(xs, w, h0):
         return lax.scan(lambda h, x: (jnp.tanh(h @ (lax.optimization_barrier(w) * 0.5) + x),) * 2, h0, xs)
