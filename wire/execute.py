@@ -3,6 +3,7 @@ one is a WireError naming the equation and field, never a JAX exception."""
 from __future__ import annotations
 
 import functools
+import json
 from typing import Any, Callable
 
 import jax
@@ -147,11 +148,14 @@ def _typecheck(prog: WireProgram) -> None:
                             f"by an earlier equation, so cycles are impossible)", eqn=eqn, field=field)
         return env[x]
 
+    # One abstract evaluation per distinct (op, params, operand types): a model's layers repeat theirs.
+    evaluated: dict[tuple, list] = {}
     for k, e in enumerate(prog.eqns):
-        prim = _resolve(e.op, k)
-        params = _decode(e.op, e.params, k)
         ins = [arg(x, k, f"in[{j}]") for j, x in enumerate(e.in_)]
-        got = _abstract_eval(prim, params, ins, k)
+        key = (e.op, json.dumps(e.params, sort_keys=True, default=str), tuple(map(_operand_type, ins)))
+        got = evaluated.get(key)
+        if got is None:
+            got = evaluated[key] = _abstract_eval(_resolve(e.op, k), _decode(e.op, e.params, k), ins, k)
         if len(got) != len(e.out):
             raise WireError(f"{e.op} produces {len(got)} outputs, {len(e.out)} declared",
                             eqn=k, field="out")
@@ -163,6 +167,13 @@ def _typecheck(prog: WireProgram) -> None:
             define(o.name, o.shape, o.dtype, f"out[{j}]", k)
     for i, x in enumerate(prog.outputs):
         arg(x, None, f"outputs[{i}]")
+
+
+def _operand_type(operand: Any) -> Any:
+    """What an abstract evaluation reads of an operand: a variable's type, a literal's value."""
+    if isinstance(operand, jax.ShapeDtypeStruct):
+        return operand
+    return type(operand).__name__, np.asarray(operand).dtype.str, repr(operand)
 
 
 def _abstract_eval(prim: jex.Primitive, params: dict, ins: list, eqn: int) -> list:

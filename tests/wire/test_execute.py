@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import copy
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from wire.capture import capture
 from wire.execute import primitive_table, program_to_callable, typecheck
 from wire.format import WireError, encode_array
 
@@ -100,6 +102,15 @@ def test_rejects_declared_dtype_mismatch():
     def wrong_dtype(p):
         p["eqns"][3]["out"][0]["dtype"] = "float16"
     assert _where(_reject(wrong_dtype)) == (3, "out[0]")
+
+
+def test_a_repeated_equation_is_checked_each_time_it_appears():
+    program = capture(lambda x: jnp.tanh(jnp.tanh(jnp.tanh(x))), np.ones((2, 3), np.float32))
+    typecheck(program)  # three equal equations, one abstract evaluation
+    program["eqns"][2]["out"][0]["shape"] = [3, 2]
+    with pytest.raises(WireError) as info:
+        typecheck(program)
+    assert _where(info.value) == (2, "out[0]")
 
 
 def test_rejects_unknown_dtype_string():
