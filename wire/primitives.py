@@ -125,3 +125,17 @@ def nested_programs(eqn: dict) -> Iterator[dict]:
     for key, _ in primitive.bodies if primitive else ():
         held = params.get(key)
         yield from (branch["program"] for branch in held) if isinstance(held, list) else [held["program"]]
+
+
+def const_operands(eqn: dict) -> dict[str, tuple[int, int]]:
+    """Per body of a loop (scan, while): (index of its first loop-invariant const among the
+    equation's operands, how many); a while's condition consts come before its body's. Empty for
+    other primitives (a cond's operands pass straight through to its branches)."""
+    primitive = PRIMITIVES.get(eqn["op"])
+    if primitive is None or not primitive.bodies or not all(n for _, n in primitive.bodies):
+        return {}
+    params, blocks, start = eqn.get("params") or {}, {}, 0
+    for key, n_key in primitive.bodies:
+        blocks[key] = start, int(params.get(n_key, 0))
+        start += blocks[key][1]
+    return blocks

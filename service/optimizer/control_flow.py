@@ -9,18 +9,11 @@ from typing import Any, Callable, Iterator
 from lowering.kernels import avals_of, output_avals
 from wire.execute import typecheck
 from wire.format import WireError
+from wire.primitives import const_operands
 
 # A body's optimized program replaces the original only when its own validation says so.
 # "skipped": the request turned validation off, for its loop bodies as for the whole program.
 ACCEPTED_STATUSES = frozenset(["passed", "identical", "skipped"])
-
-# Primitive -> (param, index of the body's first input among the eqn's operands, how many of the
-# body's leading inputs are loop-invariant constants); cond's operands pass straight through.
-_CONST_INPUTS: dict[str, Callable[[dict], list[tuple[str, int, int]]]] = {
-    "scan": lambda p: [("jaxpr", 0, int(p.get("num_consts", 0)))],
-    "while": lambda p: [("cond_jaxpr", 0, int(p.get("cond_nconsts", 0))),
-                        ("body_jaxpr", int(p.get("cond_nconsts", 0)), int(p.get("body_nconsts", 0)))],
-}
 
 
 def optimize_nested(program: dict[str, Any], optimize_body: Callable[[dict], dict]
@@ -149,10 +142,8 @@ def _weight_inputs(eqn: dict, static: set[str]) -> dict[str, list[int]]:
     if op == "cond":
         marks = [j for j in range(len(ins) - 1) if is_static(j + 1)]
         return {f"branches[{b}]": marks for b in range(len(params.get("branches", [])))}
-    if op in _CONST_INPUTS:
-        try:
-            layout = _CONST_INPUTS[op](params)
-        except (TypeError, ValueError):
-            return {}
-        return {param: [j for j in range(count) if is_static(start + j)] for param, start, count in layout}
-    return {}
+    try:
+        layout = const_operands(eqn)
+    except (TypeError, ValueError):
+        return {}
+    return {param: [j for j in range(count) if is_static(start + j)] for param, (start, count) in layout.items()}

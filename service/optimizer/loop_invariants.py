@@ -9,7 +9,7 @@ from itertools import count
 from typing import Any, Iterator
 
 from wire.format import parse_dtype
-from wire.primitives import PRIMITIVES, PURE, holds_programs, nested_programs
+from wire.primitives import PRIMITIVES, PURE, const_operands, holds_programs, nested_programs
 
 # Loop primitive -> [(param holding a body, its nconsts param)], in the order their consts appear
 # among the equation's operands (a while's are [cond consts, body consts, carries]).
@@ -54,23 +54,13 @@ def _hoist_in(program: dict[str, Any], counted: set[int]) -> int:
     return moved
 
 
-def _const_block(eqn: dict[str, Any], key: str) -> tuple[int, int]:
-    """(index of the body's first const among the equation's operands, how many consts)."""
-    params, start = eqn["params"], 0
-    for k, n_key in _LOOP_BODIES[eqn["op"]]:
-        if k == key:
-            return start, int(params.get(n_key, 0))
-        start += int(params.get(n_key, 0))
-    raise KeyError(key)
-
-
 def _hoist_body(loop: dict[str, Any], key: str, outer: dict[str, Any], fresh: Iterator[str],
                 taken: set[str]) -> list[dict[str, Any]]:
     """Rewrites `loop` and its body `key` in place; returns the equations that now run before it,
     written in `outer`'s names (body-embedded consts they read are copied into `outer`)."""
     params = loop["params"]
     body = params[key]["program"]
-    start, n_consts = _const_block(loop, key)
+    start, n_consts = const_operands(loop)[key]
     embedded = {c["name"]: c for c in body.get("consts", [])}
     loop_consts = {s["name"] for s in body["inputs"][:n_consts]} | set(embedded)
     hoisted = _hoistable(body, loop_consts)

@@ -19,7 +19,7 @@ from rewrites.registry import pattern_ops
 from rewrites.terms import BINARY_OPS, REDUCE_OPS, UNARY_OPS
 from wire.capture import capture
 from wire.execute import primitive_table, typecheck
-from wire.primitives import GEMMS, GENERIC_TERMS, PRIMITIVES, PURE, names, nested_programs
+from wire.primitives import GEMMS, GENERIC_TERMS, PRIMITIVES, PURE, const_operands, names, nested_programs
 
 
 def test_each_layers_sets_are_the_tables():
@@ -91,6 +91,13 @@ def test_nested_programs_are_each_loops_bodies_in_param_order():
     cond_body, loop_body = bodies["while"]
     assert [e["op"] for e in cond_body["eqns"]][-1] == "lt" and [e["op"] for e in loop_body["eqns"]] == ["mul"]
     assert [[e["op"] for e in b["eqns"]] for b in bodies["cond"]] == [["sub"], ["add"]]  # branch 0 is false
+    loops = {e["op"]: e for e in program["eqns"] if e["op"] in ("scan", "while", "cond")}
+    # operands: a while's condition consts, then its body's, then its carries; a cond passes them through
+    params = loops["while"]["params"]
+    assert const_operands(loops["while"]) == {"cond_jaxpr": (0, params["cond_nconsts"]),
+                                              "body_jaxpr": (params["cond_nconsts"], params["body_nconsts"])}
+    assert const_operands(loops["scan"]) == {"jaxpr": (0, loops["scan"]["params"]["num_consts"])}
+    assert const_operands(loops["cond"]) == {}
 
 
 def test_a_primitive_outside_the_table_is_opaque():
