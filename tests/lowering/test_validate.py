@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import threading
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -53,6 +54,9 @@ def test_error_is_normwise_relative_and_nan_positions_must_match():
     finite = np.array([1.0, 2.0])
     assert output_error(finite, np.array([1.0, np.inf])) == float("inf")  # an inf the reference lacks
     assert output_error(finite, np.array([np.nan, 2.0])) == float("inf")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matching infs are compared by position, without numpy's warnings
+        assert output_error(np.array([np.inf, 2.0]), np.array([np.inf, 2.0])) == 0.0
     with np.errstate(over="ignore"):  # finite values whose difference overflows
         assert output_error(np.array([1e308]), np.array([-1e308])) == float("inf")
 
