@@ -11,10 +11,6 @@ from typing import Any, Iterator
 from wire.format import parse_dtype
 from wire.primitives import PRIMITIVES, PURE, const_operands, holds_programs, nested_programs
 
-# Loop primitive -> [(param holding a body, its nconsts param)], in the order their consts appear
-# among the equation's operands (a while's are [cond consts, body consts, carries]).
-_LOOP_BODIES = {p.name: list(p.bodies) for p in PRIMITIVES.values() if p.bodies and all(n for _, n in p.bodies)}
-
 
 def tidy_loops(program: dict[str, Any]) -> tuple[dict[str, Any], int]:
     """What a conventional compiler does to loops: invariant equations moved out, then the loop
@@ -43,12 +39,11 @@ def _hoist_in(program: dict[str, Any], counted: set[int]) -> int:
     for eqn in program["eqns"]:
         for body in nested_programs(eqn):
             moved += _hoist_in(body, counted)
-        if eqn["op"] in _LOOP_BODIES:
-            for key, _ in _LOOP_BODIES[eqn["op"]]:
-                for before in _hoist_body(eqn, key, program, fresh, taken):
-                    eqns.append(before)
-                    moved += id(before) not in counted
-                    counted.add(id(before))
+        for key in const_operands(eqn):  # a loop's bodies (scan, while), its consts ahead of the rest
+            for before in _hoist_body(eqn, key, program, fresh, taken):
+                eqns.append(before)
+                moved += id(before) not in counted
+                counted.add(id(before))
         eqns.append(eqn)
     program["eqns"] = eqns
     return moved
@@ -94,7 +89,7 @@ def _hoist_body(loop: dict[str, Any], key: str, outer: dict[str, Any], fresh: It
     loop["in"][end:end] = [outside[n] for n in crossing]
     # JAX 0.10's scan and while have no per-operand params (scan's `linear` is gone), so the counts
     # are all that follow the operands.
-    params[dict(_LOOP_BODIES[loop["op"]])[key]] = n_consts + len(crossing)
+    params[dict(PRIMITIVES[loop["op"]].bodies)[key]] = n_consts + len(crossing)
     return hoisted
 
 
@@ -172,7 +167,7 @@ def _drop_in(program: dict[str, Any]) -> int:
             dropped += len(unread)
         elif eqn["op"] == "while":
             start = 0
-            for key, n_key in _LOOP_BODIES["while"]:
+            for key, n_key in PRIMITIVES["while"].bodies:
                 body, n_consts = params[key]["program"], int(params.get(n_key, 0))
                 unread = [k for k in range(n_consts) if body["inputs"][k]["name"] not in _reads(body)]
                 for k in reversed(unread):
