@@ -12,7 +12,7 @@ from lowering.compare import tolerance_for
 from lowering.judge import Verdict, judge
 from lowering.regions import Region, RegionPlan, ValueTable, cone, distinct_checks, find_regions, original_side
 from lowering.validation_inputs import Draw, InputDraws, nudged, nudges, positive_inputs
-from lowering.widen import CannotWiden, float64_callable, widened
+from lowering.widen import CannotWiden, check_jit, float64_callable, widened
 from wire.execute import program_to_callable
 
 
@@ -128,7 +128,7 @@ def _run_regions(original: dict[str, Any], optimized: dict[str, Any], plan: Regi
         results = [out for fn, region in calls for out in fn(*(wide[o] for _, o in region.boundary))]
         return original_sides(wide), results, original_sides(moved)
 
-    run = jax.jit(check)
+    run = check_jit(check)
     specs = [{"name": name, "shape": list(plan.original_numbered.aval[name][0]),
               "dtype": plan.original_numbered.aval[name][1]} for name in leaves]
 

@@ -41,7 +41,7 @@ from lowering.kernels import output_avals
 from lowering.observability import change_shows
 from lowering.region_check import CheckMemory, region_validate
 from lowering.validation_inputs import TRIALS, Draw, InputDraws, nudged, nudges, random_inputs
-from lowering.widen import CannotWiden, Widened, float64_callable, widen
+from lowering.widen import CannotWiden, Widened, check_jit, float64_callable, widen
 from wire.execute import jitted_program
 
 MAX_REGION_SHARE = 0.6  # beyond this share of the optimized program in regions, checking them costs as much as the whole
@@ -151,7 +151,7 @@ def checked_runs(reference: Callable[..., tuple[list, Any]], candidate: Callable
         skipped = lambda _: [jax.numpy.zeros(a.shape, a.dtype) for a in avals]
         return refs, jax.lax.cond(compare, candidate, skipped, fed)
 
-    run = jax.jit(runs)
+    run = check_jit(runs)
 
     def evaluate(args: list[np.ndarray], directions: list[np.ndarray | None], relative: float):
         wide = widen(args)

@@ -18,6 +18,7 @@ from egglog.egraph import to_runtime_expr
 from egglog.runtime import RuntimeExpr
 
 from rewrites.direct import Direct, DirectConstructors, direct_union
+from rewrites.egraphs import close_egraph, open_egraph
 from rewrites.params import ParamsTable
 from rewrites.terms import (BINARY_OPS, REDUCE_OPS, UNARY_OPS, Term, dtype, float_bits, ivec, literal_value, output,
                             shape, slot_hi, slot_lo)
@@ -65,13 +66,8 @@ class LoadedProgram:
         self.close()
 
     def close(self) -> None:
-        """Drop the Rust e-graph now, on this thread. egglog-python's schedule runner leaves a
-        reference cycle holding the e-graph's state (a recursive closure), so otherwise it lives
-        until a cyclic collection, which may run on any thread; the Rust e-graph may only be
-        dropped on the thread that made it, and elsewhere it leaks with a warning."""
-        state = getattr(self.egraph, "_state", None)
-        if state is not None and getattr(state, "egraph", None) is not None:
-            state.egraph = None
+        """Done with the e-graph: kept for the next load or dropped, on this thread (`close_egraph`)."""
+        close_egraph(self.egraph)
 
 
 def _rest(params: dict[str, Any], *structural: str) -> dict[str, Any]:
@@ -253,7 +249,7 @@ def let_name(program: int, eqn: int, out: int) -> str:
 def ingest(program: dict[str, Any], alternatives: Sequence[dict[str, Any]] = ()) -> LoadedProgram:
     """Load a (type-checked) wire program into a fresh e-graph; each alternative (an equivalent
     program over the same inputs and consts) is loaded too, its outputs unioned with the program's."""
-    egraph, table = EGraph(), ParamsTable()
+    egraph, table = open_egraph(), ParamsTable()
     env: dict[str, Term] = {}
     lets, analyses = [], []
 

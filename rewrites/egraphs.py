@@ -1,0 +1,68 @@
+"""E-graphs for loads: each starts empty but for rules, and the standard schedules' rules are
+registered once per kept e-graph instead of once per load.
+
+egglog-python converts and adds a ruleset's rules to an e-graph the first time it runs there: about
+0.15 s for the algebra's, on every fresh e-graph, twice a request. The main thread keeps e-graphs
+with every standard schedule registered and hands each load one at that state (egglog's push); the
+load's close returns it there (pop), so what one load added is gone before the next. Other threads
+make a fresh e-graph per load and drop it on that thread when the load closes: an egglog e-graph
+may only be dropped on the thread that made it, and a thread's end cannot be hooked to drop kept
+ones there.
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+
+from egglog import EGraph, run
+
+from rewrites.schedule import CHAINS_ORDERED, FUSION_ONLY, SCHEDULES, TYPE_NEW_TERMS
+
+KEEP = 4  # a search holds two loads at once (the algebra's and the kernels'); a loop body's search a few more
+_STANDARD = [TYPE_NEW_TERMS, run(FUSION_ONLY.fusion),
+             *(run(ruleset) for schedule in [*SCHEDULES.values(), CHAINS_ORDERED]
+               for ruleset in (schedule.every_iteration, schedule.throttled, schedule.bounded))]
+_free: list[EGraph] = []  # kept e-graphs not in use, at their registered state; main thread only
+_in_use: dict[int, weakref.ref] = {}  # kept e-graphs handed out, by id (EGraph is not hashable)
+
+
+def _on_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def _registered() -> EGraph:
+    egraph = EGraph()
+    for schedule in _STANDARD:  # converting a run registers its rulesets; nothing is run
+        egraph._add_decls(schedule)
+        egraph._state.run_schedule_to_egg(schedule.schedule)
+    return egraph
+
+
+def open_egraph() -> EGraph:
+    """An e-graph for one load: a kept one on the main thread, else a fresh one."""
+    if not _on_main_thread():
+        return EGraph()
+    egraph = _free.pop() if _free else _registered()
+    key = id(egraph)
+    _in_use[key] = weakref.ref(egraph, lambda _: _in_use.pop(key, None))  # an unclosed load's entry goes with it
+    egraph.push()
+    return egraph
+
+
+def close_egraph(egraph: EGraph) -> None:
+    """Return a kept e-graph to its registered state, or drop the Rust e-graph now, on this thread
+    (egglog-python's schedule runner leaves a reference cycle holding its state, so otherwise it
+    lives until a cyclic collection, which may run on another thread, where it leaks with a warning)."""
+    kept = _in_use.pop(id(egraph), lambda: None)() is egraph
+    if kept and _on_main_thread():
+        try:
+            egraph.pop()
+        except Exception:  # an e-graph an error left unusable is dropped, not kept
+            pass
+        else:
+            if len(_free) < KEEP:
+                _free.append(egraph)
+                return
+    for state in [getattr(egraph, "_state", None), *getattr(egraph, "_state_stack", [])]:
+        if state is not None:
+            state.egraph = None
