@@ -4,7 +4,8 @@ registered once per kept e-graph instead of once per load.
 egglog-python converts and adds a ruleset's rules to an e-graph the first time it runs there: about
 0.15 s for the algebra's, on every fresh e-graph, twice a request. The main thread keeps e-graphs
 with every standard schedule registered and hands each load one at that state (egglog's push); the
-load's close returns it there (pop), so what one load added is gone before the next. Other threads
+load's close returns it there (pop), so what one load added is gone before the next. They are made
+as loads close, up to `KEEP`. Other threads
 make a fresh e-graph per load and drop it on that thread when the load closes: an egglog e-graph
 may only be dropped on the thread that made it, and a thread's end cannot be hooked to drop kept
 ones there.
@@ -39,10 +40,10 @@ def _registered() -> EGraph:
 
 
 def open_egraph() -> EGraph:
-    """An e-graph for one load: a kept one on the main thread, else a fresh one."""
-    if not _on_main_thread():
+    """An e-graph for one load: a kept one on the main thread when one is free, else a fresh one."""
+    if not (_on_main_thread() and _free):
         return EGraph()
-    egraph = _free.pop() if _free else _registered()
+    egraph = _free.pop()
     key = id(egraph)
     _in_use[key] = weakref.ref(egraph, lambda _: _in_use.pop(key, None))  # an unclosed load's entry goes with it
     egraph.push()
@@ -50,19 +51,23 @@ def open_egraph() -> EGraph:
 
 
 def close_egraph(egraph: EGraph) -> None:
-    """Return a kept e-graph to its registered state, or drop the Rust e-graph now, on this thread
-    (egglog-python's schedule runner leaves a reference cycle holding its state, so otherwise it
-    lives until a cyclic collection, which may run on another thread, where it leaks with a warning)."""
-    kept = _in_use.pop(id(egraph), lambda: None)() is egraph
-    if kept and _on_main_thread():
+    """Return a kept e-graph to its registered state; drop a fresh one's Rust e-graph now, on this
+    thread (egglog-python's schedule runner leaves a reference cycle holding its state, so otherwise
+    it lives until a cyclic collection, which may run on another thread, where it leaks with a
+    warning), and on the main thread keep a registered one in its place while fewer than `KEEP` are
+    kept. Registering on close rather than on open spares loads that are never closed (a test
+    inspecting its e-graph) the cost of rules they do not run."""
+    main = _on_main_thread()
+    if _in_use.pop(id(egraph), lambda: None)() is egraph and main:
         try:
             egraph.pop()
         except Exception:  # an e-graph an error left unusable is dropped, not kept
             pass
         else:
-            if len(_free) < KEEP:
-                _free.append(egraph)
-                return
+            _free.append(egraph)
+            return
     for state in [getattr(egraph, "_state", None), *getattr(egraph, "_state_stack", [])]:
         if state is not None:
             state.egraph = None
+    if main and len(_free) + len(_in_use) < KEEP:
+        _free.append(_registered())

@@ -48,11 +48,13 @@ def test_a_reused_egraph_starts_empty_and_saturates_as_a_fresh_one():
 
 def test_loads_at_once_get_different_egraphs_and_each_returns_to_empty():
     program = capture(attention, X, W)
+    with ingest(program):
+        pass  # closing a load keeps a registered e-graph for the next one
     with ingest(program) as first, ingest(program) as second:
         assert first.egraph is not second.egraph
         assert term_enodes(first.egraph) == term_enodes(second.egraph) > 0
     egraph = open_egraph()
-    assert term_enodes(egraph) == 0
+    assert any(egraph is e for e in (first.egraph, second.egraph)) and term_enodes(egraph) == 0
     close_egraph(egraph)
 
 
