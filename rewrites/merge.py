@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from egglog import String, Vec, eq, i64, rule, set_, union, var, vars_
 
-from rewrites.analysis import ranked, typed, zeros
+from rewrites.analysis import ranked, zeros
 from rewrites.registry import Family
 from rewrites.terms import Term, dtype, ivec, shape, slot_hi, slot_lo
 
@@ -19,7 +19,7 @@ x, w, a1, a2, d1, d2 = vars_("x w a1 a2 d1 d2", Term)
 sx, s1, s2, sw = vars_("sx s1 s2 sw", Vec[i64])
 lo1, hi1, next_slot = vars_("lo1 hi1 next_slot", i64)
 e = var("e", i64)
-dt, da = vars_("dt da", String)
+da = var("da", String)
 
 
 def _adjacent(group: str) -> list:
@@ -69,23 +69,19 @@ MERGE.add("same-weight-matmul-merge", "real",
 
 
 # conv(x, K1), conv(x, K2) -> feature slices of conv(x, concat(K1, K2)): one pass over x for both
-# kernel sets; same params (one extra id), ungrouped (ingest numbers only those), one dtype. The
-# merged conv is typed here: a conv's shape rule reads params the e-graph does not hold.
+# kernel sets; same params (one extra id), ungrouped (ingest numbers only those), one dtype, and
+# kernels alike but in their output features (a 3x3 and a 5x5 kernel share unpadded params)
 for _rd in range(4):
     for _od in range(4):
         def _conv(kernel: Term) -> Term:
             return Term.conv(x, kernel, _rd, _od, e)
-        kernels = Term.concat(Vec[Term](a1, a2), _rd)
-        both = _conv(kernels)
+        both = _conv(Term.concat(Vec[Term](a1, a2), _rd))
         o1, o2 = vars_("o1 o2", Vec[i64])
+        features = Vec[i64](*(o1[i64(k)] + o2[i64(k)] if k == _od else o1[i64(k)] for k in range(4)))
         MERGE.add("same-input-conv-merge", "real",
-                  rule(eq(d1).to(_conv(a1)), eq(d2).to(_conv(a2)), *_adjacent("input"),
-                       *ranked(s1, a1, 4), eq(o1).to(shape(d1)), eq(o2).to(shape(d2)), eq(dt).to(dtype(d1)),
-                       eq(da).to(dtype(a1)), eq(da).to(dtype(a2)))
-                  .then(*typed(both, Vec[i64](*(o1[i64(k)] + o2[i64(k)] if k == _od else o1[i64(k)]
-                                                for k in range(4))), dt), *_covers("input", both),
-                        union(d1).with_(Term.slice(both, zeros(4), o1, ivec([]))),
+                  rule(eq(d1).to(_conv(a1)), eq(d2).to(_conv(a2)), *_adjacent("input"), *ranked(s1, a1, 4),
+                       eq(s1.remove(i64(_rd))).to(shape(a2).remove(i64(_rd))), eq(o1).to(shape(d1)),
+                       eq(o2).to(shape(d2)), eq(da).to(dtype(a1)), eq(da).to(dtype(a2)))
+                  .then(*_covers("input", both), union(d1).with_(Term.slice(both, zeros(4), o1, ivec([]))),
                         union(d2).with_(Term.slice(both, Vec[i64](*(o1[i64(k)] if k == _od else i64(0)
-                                                                     for k in range(4))),
-                                                   Vec[i64](*(o1[i64(k)] + o2[i64(k)] if k == _od else o1[i64(k)]
-                                                              for k in range(4))), ivec([])))))
+                                                                     for k in range(4))), features, ivec([])))))

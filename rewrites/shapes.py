@@ -2,7 +2,7 @@
 JAX's own shape rules, so a rule states only its identity. Ingest types every term it loads from
 the program's avals; these rules type the forms rules build (elementwise ops, literals, matmuls
 on a matrix and batched ones, transposes, broadcasts, reshapes, conversions, static slices,
-two-part concatenations), and
+two-part concatenations, convolutions beside a typed one), and
 agree with ingest wherever both apply (a disagreement is a union of two types: egglog panics)."""
 from __future__ import annotations
 
@@ -27,9 +27,9 @@ def first_part_shape(parts: Vec[Term]) -> Vec[i64]:
     binds both parts of a container at once joins every pair of terms)."""
 
 
-t, x, a, b, p = vars_("t x a b p", Term)
+t, x, a, b, p, u, w1, w2 = vars_("t x a b p u w1 w2", Term)
 op, d, nd, da, db = vars_("op d nd da db", String)
-e, k = vars_("e k", i64)
+e, k, rd, od = vars_("e k rd od", i64)
 value = var("value", f64)
 parts = var("parts", Vec[Term])
 sa, sb, perm, sizes, dims, lc, rc, lb, rb, lo, hi, st = vars_("sa sb perm sizes dims lc rc lb rb lo hi st", Vec[i64])
@@ -106,6 +106,12 @@ SHAPE_RULES = [
     rule(eq(t).to(Term.concat(parts, k)), eq(sa).to(first_part_shape(parts)), eq(b).to(parts[i64(1)]),
          eq(sb).to(shape(b)), eq(sa.length()).to(sb.length()))
     .then(set_(shape(t)).to(sa.set(k, sa[k] + sb[k]))),
+    # a conv over the input and params of a typed one, with a kernel of the same dims but the output
+    # features (rd), differs from it only in the output features (od), which number its kernel's
+    rule(eq(t).to(Term.conv(x, w1, rd, od, e)), eq(u).to(Term.conv(x, w2, rd, od, e)), eq(sa).to(shape(u)),
+         eq(d).to(dtype(u)), eq(sb).to(shape(w1)), eq(sb.remove(rd)).to(shape(w2).remove(rd)),
+         eq(dtype(w1)).to(dtype(w2)))
+    .then(*typed(t, sa.set(od, sb[rd]), d)),
 ]
 
 SHAPES = ruleset(*SHAPE_RULES, name="shapes")

@@ -309,3 +309,25 @@ def test_grouped_convolutions_are_not_merged():
                                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
     result = saturate_fn(lambda x, k1, k2: (grouped(x, k1), grouped(x, k2)), [x, k1, k2], [MERGE])
     assert "same-input-conv-merge" not in result.report.rules_fired
+
+
+def test_kernels_of_other_sizes_under_the_same_params_are_not_merged():
+    # Unpadded 3x3 and 5x5 convolutions share their params but not their output's spatial size:
+    # concatenating their kernels is not a convolution of either.
+    x, k1, k2 = random_args(12, [(1, 8, 8, 4), (3, 3, 4, 5), (5, 5, 4, 6)])
+    valid = lambda x, k: lax.conv_general_dilated(x, k, (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    result = saturate_fn(lambda x, k1, k2: (valid(x, k1), valid(x, k2)), [x, k1, k2], [MERGE])
+    assert "same-input-conv-merge" not in result.report.rules_fired
+    assert not ill_typed_nodes(result)
+
+
+def test_a_merged_conv_is_typed_by_the_shape_analysis_in_any_layout():
+    # Output features first (NCHW / OIHW), strided: the merged conv's class takes its shape from
+    # the convs it joins, with the output features summed.
+    x, k1, k2 = random_args(13, [(2, 3, 9, 7), (4, 3, 3, 2), (5, 3, 3, 2)])
+    strided = lambda x, k: lax.conv_general_dilated(x, k, (2, 1), "VALID", dimension_numbers=("NCHW", "OIHW", "NCHW"))
+    result = saturate_fn(lambda x, k1, k2: (strided(x, k1), strided(x, k2)), [x, k1, k2], [MERGE])
+    assert result.report.rules_fired.get("same-input-conv-merge") == 1
+    merged = [c for c in nodes(result.view, "conv") if var_leaves(result.view, c.children[1]) == {1, 2}]
+    assert [result.view.classes[c.eclass].shape for c in merged] == [strided(x, jnp.concatenate([k1, k2])).shape]
+    assert not ill_typed_nodes(result)
