@@ -18,7 +18,7 @@ from typing import Any, Union
 
 import numpy as np
 
-from rewrites.direct import direct_union
+from rewrites.direct import direct_union, register
 from rewrites.ingest import DTYPE, SHAPE, TERMS, LoadedProgram, encode_typed
 from rewrites.terms import Term
 
@@ -141,7 +141,7 @@ def seed_chain_orders(loaded: LoadedProgram, prices: Sequence[Callable[[dict, st
             term, _, _ = _build(loaded, chain, order, commands, built)
             commands.append(direct_union(loaded.env[chain.root], term))
     if commands:
-        loaded.egraph.register(*commands)
+        register(loaded.egraph, commands)
     return chains
 
 

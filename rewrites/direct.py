@@ -6,17 +6,23 @@ calls. A `Direct` builder resolves one function's signature once and then builds
 expression, or the same `set_(...).to(...)` / `union(...).with_(...)` action, as plain
 declarations (~10 us); a `Vec` argument may be given as a list of its items. Only for functions
 whose signature has no type variables (the term language's constructors and analyses).
+`register` then hands such lets, sets and unions to an e-graph as egglog commands built here.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from egglog.declarations import CallDecl, InitRef, JustTypeRef, LitDecl, SetDecl, TypedExprDecl, UnionDecl
+from egglog import EGraph, bindings
+from egglog.declarations import (CallDecl, InitRef, JustTypeRef, LetDecl, LetRefDecl, LitDecl, SetDecl, TypedExprDecl,
+                                 UnionDecl)
 from egglog.egraph import Action
 from egglog.runtime import RuntimeExpr
 
-# Python values egglog-python converts to each builtin literal type
+# Python values egglog-python converts to each builtin literal type, and egglog's literal of each
 _LITERALS = {"i64": int, "f64": float, "String": str, "Bool": bool}
+_EGG_LITERALS = {int: bindings.Int, float: bindings.Float, str: bindings.String, bool: bindings.Bool}
+_NO_SPAN = bindings.RustSpan("", 0, 0)  # egglog-python's own commands carry this span too
 
 
 def _typed(tp: JustTypeRef, value: Any) -> TypedExprDecl:
@@ -69,3 +75,56 @@ class DirectConstructors:
         if name not in self.built:
             self.built[name] = Direct(getattr(self.cls, name))
         return self.built[name]
+
+
+def register(egraph: EGraph, actions: Sequence[Action]) -> None:
+    """`egraph.register(*actions)` for lets, sets and unions, converted to egglog's commands here.
+    egglog-python's conversion costs ~120 us an action: it hashes every typed declaration, operand
+    by operand, for its caches, and walks each expression for shared subterms to bind. Here a
+    subterm shared within the call is converted once, and each type is declared once."""
+    state = egraph._state
+    for decls in {id(a.__egg_decls__): a.__egg_decls__ for a in actions}.values():
+        egraph._add_decls(decls)
+    converted: dict[int, Any] = {}  # id of a declaration (alive in `actions`) -> its egglog expression
+    declared: set[int] = set()
+
+    def operand(typed: TypedExprDecl) -> Any:
+        if id(typed.tp) not in declared:
+            declared.add(id(typed.tp))
+            state.type_ref_to_egg(typed.tp)  # a sort is declared on first use (a Vec[i64] literal's)
+        return expr(typed.expr)
+
+    def call(decl: CallDecl) -> tuple[str, list]:
+        name, reverse = state.callable_ref_to_egg(decl.callable)  # declares the function on first use
+        args = [operand(a) for a in decl.args]
+        return name, args[::-1] if reverse else args
+
+    def expr(decl: Any) -> Any:
+        if id(decl) not in converted:
+            kind = type(decl)
+            if kind is LetRefDecl:
+                converted[id(decl)] = bindings.Var(_NO_SPAN, _let_name(decl.name))
+            elif kind is LitDecl:
+                converted[id(decl)] = bindings.Lit(_NO_SPAN, _EGG_LITERALS[type(decl.value)](decl.value))
+            elif kind is CallDecl:
+                converted[id(decl)] = bindings.Call(_NO_SPAN, *call(decl))
+            else:
+                raise TypeError(f"cannot register a {kind.__name__} directly")
+        return converted[id(decl)]
+
+    commands = []
+    for action in (a.action for a in actions):
+        if type(action) is LetDecl:
+            command = bindings.Let(_NO_SPAN, _let_name(action.name), operand(action.typed_expr))
+        elif type(action) is SetDecl:
+            command = bindings.Set(_NO_SPAN, *call(action.call), expr(action.rhs))
+        elif type(action) is UnionDecl:
+            command = bindings.Union(_NO_SPAN, expr(action.lhs), expr(action.rhs))
+        else:
+            raise TypeError(f"cannot register a {type(action).__name__} directly")
+        commands.append(bindings.ActionCommand(command))
+    state._run_program(*commands)
+
+
+def _let_name(name: str) -> str:
+    return name if name.startswith("$") else f"${name}"  # egglog's global lets, as egglog-python names them

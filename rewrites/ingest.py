@@ -17,7 +17,7 @@ from egglog.declarations import LetRefDecl, TypedExprDecl
 from egglog.egraph import to_runtime_expr
 from egglog.runtime import RuntimeExpr
 
-from rewrites.direct import Direct, DirectConstructors, direct_union
+from rewrites.direct import Direct, DirectConstructors, direct_union, register
 from rewrites.egraphs import close_egraph, open_egraph
 from rewrites.params import ParamsTable
 from rewrites.terms import (BINARY_OPS, REDUCE_OPS, UNARY_OPS, Term, dtype, float_bits, ivec, literal_value, output,
@@ -363,7 +363,7 @@ def ingest(program: dict[str, Any], alternatives: Sequence[dict[str, Any]] = ())
         envs.append(dict(env))
     commands = [*lets, *analyses, *_output_unions(loaded_outputs)]
     if commands:  # an empty program has none, and egglog's register needs at least one
-        egraph.register(*commands)
+        register(egraph, commands)
     return LoadedProgram(egraph, table, programs, len(program["outputs"]), envs)
 
 

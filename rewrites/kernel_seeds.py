@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rewrites.direct import DirectConstructors, direct_union
+from rewrites.direct import DirectConstructors, direct_union, register
 from rewrites.ingest import TERMS, LoadedProgram, encode_typed, literal_roundtrips, literal_term
 from rewrites.terms import Body, Term
 
@@ -78,7 +78,7 @@ def seed_kernels(loaded: LoadedProgram, kernels: Sequence[tuple[Sequence[int], s
             seeds.append(KernelSeed(program, root, tuple(i for i, _ in tees), frozenset(mine)))
         loaded.seeded[key] = seeds[first:]
     if commands:
-        loaded.egraph.register(*commands)
+        register(loaded.egraph, commands)
     return seeds
 
 

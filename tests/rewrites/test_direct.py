@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import pytest
-from egglog import EGraph, Vec, f64, i64, set_, union
+from egglog import EGraph, Vec, f64, i64, let, panic, set_, union
 
-from rewrites.direct import Direct, DirectConstructors, direct_union
+from rewrites.direct import Direct, DirectConstructors, direct_union, register
 from rewrites.terms import Body, Term, dtype, ivec, literal_value, output, shape, slot_lo
 
 TERMS, BODIES = DirectConstructors(Term), DirectConstructors(Body)
@@ -49,6 +49,32 @@ def test_an_e_graph_takes_direct_actions_like_its_own():
     egraph.register(Direct(shape).set(term, to=[2]), direct_union(Direct(output)(0), term))
     egraph.check(shape(Term.binary("add", A, B, 0)) == ivec([2]))
     egraph.check(output(0) == Term.binary("add", A, B, 0))
+
+
+def _contents(egraph: EGraph) -> list:
+    return sorted((str(fn), size) for fn, size in egraph.all_function_sizes())
+
+
+def test_register_gives_an_e_graph_what_egglog_pythons_register_gives_it():
+    shared = TERMS.binary("mul", TERMS.var(0), TERMS.flit(0.5, "float32"), 0)  # in two terms
+    body = BODIES.binary("add", BODIES.arg(A), BODIES.arg(A), 0, A)  # a subterm twice in one body
+    actions = [let("e0_0", TERMS.dot(shared, TERMS.var(1), [1], [0], [], [], 3)),
+               Direct(shape).set(shared, to=[4, 8]), Direct(dtype).set(shared, to="float32"),
+               Direct(literal_value).set(TERMS.var(1), to=2.5), Direct(slot_lo).set("input", A, to=-1),
+               direct_union(Direct(output)(0), TERMS.unary("exp", shared, 0)),
+               direct_union(TERMS.var(2), TERMS.kernel(body))]
+    ours, theirs = EGraph(), EGraph()
+    register(ours, actions)
+    theirs.register(*actions)
+    assert _contents(ours) == _contents(theirs) and _contents(ours)
+    ours.check(shape(Term.binary("mul", A, Term.flit(0.5, "float32"), 0)) == ivec([4, 8]))
+    ours.check(output(0) == Term.unary("exp", Term.binary("mul", A, Term.flit(0.5, "float32"), 0), 0))
+    ours.check(slot_lo("input", A) == i64(-1))
+
+
+def test_register_refuses_what_it_does_not_convert():
+    with pytest.raises(TypeError, match="cannot register"):
+        register(EGraph(), [panic("not a let, set or union")])
 
 
 def test_a_call_with_the_wrong_number_or_type_of_arguments_is_a_type_error():
