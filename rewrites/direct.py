@@ -82,48 +82,54 @@ def register(egraph: EGraph, actions: Sequence[Action]) -> None:
     egglog-python's conversion costs ~120 us an action: it hashes every typed declaration, operand
     by operand, for its caches, and walks each expression for shared subterms to bind. Here a
     subterm shared within the call is converted once, and each type is declared once."""
-    state = egraph._state
     for decls in {id(a.__egg_decls__): a.__egg_decls__ for a in actions}.values():
         egraph._add_decls(decls)
-    converted: dict[int, Any] = {}  # id of a declaration (alive in `actions`) -> its egglog expression
-    declared: set[int] = set()
+    converter = _Converter(egraph._state)
+    egraph._state._run_program(*(bindings.ActionCommand(converter.action(a.action)) for a in actions))
 
-    def operand(typed: TypedExprDecl) -> Any:
-        if id(typed.tp) not in declared:
-            declared.add(id(typed.tp))
-            state.type_ref_to_egg(typed.tp)  # a sort is declared on first use (a Vec[i64] literal's)
-        return expr(typed.expr)
 
-    def call(decl: CallDecl) -> tuple[str, list]:
-        name, reverse = state.callable_ref_to_egg(decl.callable)  # declares the function on first use
-        args = [operand(a) for a in decl.args]
+class _Converter:
+    """Declarations -> egglog's commands for one e-graph's state (an object, not closures: a
+    recursive closure is a reference cycle, and one holding an e-graph's state keeps the e-graph
+    alive until a collection, on whichever thread runs it)."""
+
+    def __init__(self, state: Any):
+        self.state = state
+        self.converted: dict[int, Any] = {}  # id of a declaration (alive in the actions) -> its egglog expression
+        self.declared: set[int] = set()
+
+    def action(self, action: Any) -> Any:
+        if type(action) is LetDecl:
+            return bindings.Let(_NO_SPAN, _let_name(action.name), self.operand(action.typed_expr))
+        if type(action) is SetDecl:
+            return bindings.Set(_NO_SPAN, *self.call(action.call), self.expr(action.rhs))
+        if type(action) is UnionDecl:
+            return bindings.Union(_NO_SPAN, self.expr(action.lhs), self.expr(action.rhs))
+        raise TypeError(f"cannot register a {type(action).__name__} directly")
+
+    def operand(self, typed: TypedExprDecl) -> Any:
+        if id(typed.tp) not in self.declared:
+            self.declared.add(id(typed.tp))
+            self.state.type_ref_to_egg(typed.tp)  # a sort is declared on first use (a Vec[i64] literal's)
+        return self.expr(typed.expr)
+
+    def call(self, decl: CallDecl) -> tuple[str, list]:
+        name, reverse = self.state.callable_ref_to_egg(decl.callable)  # declares the function on first use
+        args = [self.operand(a) for a in decl.args]
         return name, args[::-1] if reverse else args
 
-    def expr(decl: Any) -> Any:
-        if id(decl) not in converted:
+    def expr(self, decl: Any) -> Any:
+        if id(decl) not in self.converted:
             kind = type(decl)
             if kind is LetRefDecl:
-                converted[id(decl)] = bindings.Var(_NO_SPAN, _let_name(decl.name))
+                self.converted[id(decl)] = bindings.Var(_NO_SPAN, _let_name(decl.name))
             elif kind is LitDecl:
-                converted[id(decl)] = bindings.Lit(_NO_SPAN, _EGG_LITERALS[type(decl.value)](decl.value))
+                self.converted[id(decl)] = bindings.Lit(_NO_SPAN, _EGG_LITERALS[type(decl.value)](decl.value))
             elif kind is CallDecl:
-                converted[id(decl)] = bindings.Call(_NO_SPAN, *call(decl))
+                self.converted[id(decl)] = bindings.Call(_NO_SPAN, *self.call(decl))
             else:
                 raise TypeError(f"cannot register a {kind.__name__} directly")
-        return converted[id(decl)]
-
-    commands = []
-    for action in (a.action for a in actions):
-        if type(action) is LetDecl:
-            command = bindings.Let(_NO_SPAN, _let_name(action.name), operand(action.typed_expr))
-        elif type(action) is SetDecl:
-            command = bindings.Set(_NO_SPAN, *call(action.call), expr(action.rhs))
-        elif type(action) is UnionDecl:
-            command = bindings.Union(_NO_SPAN, expr(action.lhs), expr(action.rhs))
-        else:
-            raise TypeError(f"cannot register a {type(action).__name__} directly")
-        commands.append(bindings.ActionCommand(command))
-    state._run_program(*commands)
+        return self.converted[id(decl)]
 
 
 def _let_name(name: str) -> str:

@@ -15,14 +15,15 @@ from __future__ import annotations
 import threading
 import weakref
 
-from egglog import EGraph, run
+from egglog import EGraph
 
-from rewrites.schedule import CHAINS_ORDERED, FUSION_ONLY, SCHEDULES, TYPE_NEW_TERMS
+from rewrites.runner import ensure_registered
+from rewrites.schedule import CHAINS_ORDERED, FUSION_ONLY, SCHEDULES
+from rewrites.shapes import SHAPES
 
 KEEP = 4  # a search holds two loads at once (the algebra's and the kernels'); a loop body's search a few more
-_STANDARD = [TYPE_NEW_TERMS, run(FUSION_ONLY.fusion),
-             *(run(ruleset) for schedule in [*SCHEDULES.values(), CHAINS_ORDERED]
-               for ruleset in (schedule.every_iteration, schedule.throttled, schedule.bounded))]
+_STANDARD = [SHAPES, FUSION_ONLY.fusion, *(rules for schedule in [*SCHEDULES.values(), CHAINS_ORDERED]
+                                           for rules in (schedule.every_iteration, schedule.throttled, schedule.bounded))]
 _free: list[EGraph] = []  # kept e-graphs not in use, at their registered state; main thread only
 _in_use: dict[int, weakref.ref] = {}  # kept e-graphs handed out, by id (EGraph is not hashable)
 
@@ -33,9 +34,8 @@ def _on_main_thread() -> bool:
 
 def _registered() -> EGraph:
     egraph = EGraph()
-    for schedule in _STANDARD:  # converting a run registers its rulesets; nothing is run
-        egraph._add_decls(schedule)
-        egraph._state.run_schedule_to_egg(schedule.schedule)
+    for rules in _STANDARD:
+        ensure_registered(egraph, rules)
     return egraph
 
 

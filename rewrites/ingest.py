@@ -249,7 +249,7 @@ def let_name(program: int, eqn: int, out: int) -> str:
 def ingest(program: dict[str, Any], alternatives: Sequence[dict[str, Any]] = ()) -> LoadedProgram:
     """Load a (type-checked) wire program into a fresh e-graph; each alternative (an equivalent
     program over the same inputs and consts) is loaded too, its outputs unioned with the program's."""
-    egraph, table = open_egraph(), ParamsTable()
+    table = ParamsTable()
     env: dict[str, Term] = {}
     lets, analyses = [], []
 
@@ -362,8 +362,12 @@ def ingest(program: dict[str, Any], alternatives: Sequence[dict[str, Any]] = ())
         loaded_outputs.append((load_eqns(tag), output_values(tag)))
         envs.append(dict(env))
     commands = [*lets, *analyses, *_output_unions(loaded_outputs)]
-    if commands:  # an empty program has none, and egglog's register needs at least one
+    egraph = open_egraph()
+    try:
         register(egraph, commands)
+    except BaseException:  # the caller gets no load to close
+        close_egraph(egraph)
+        raise
     return LoadedProgram(egraph, table, programs, len(program["outputs"]), envs)
 
 

@@ -52,9 +52,10 @@ class Family:
         return sorted({r.name for r in self.rules})
 
 
-def rule_names_by_decl(families: list[Family]) -> dict[object, str]:
-    """egglog reports matches per rule declaration; this maps them back to rule names."""
-    return {r.rule.decl: r.name for f in families for r in f.rules}
+def rule_names_by_decl(rules: Iterable[NamedRule]) -> dict[int, str]:
+    """egglog reports matches per rule declaration; this maps them (by identity: a declaration's
+    hash walks all of it) back to rule names."""
+    return {id(r.rule.decl): r.name for r in rules}
 
 
 def pattern_ops(rules: Iterable[NamedRule]) -> dict[str, frozenset[str]]:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Callable
 
-from egglog import EGraph, Ruleset, back_off, ruleset, run
+from egglog import EGraph, Ruleset, ruleset
 
 from rewrites.algebra import ALGEBRA
 from rewrites.fusion import FUSION, MAX_BODY_OPS
@@ -21,17 +21,22 @@ from rewrites.layout import LAYOUT
 from rewrites.matmul import MATMUL
 from rewrites.merge import MERGE
 from rewrites.registry import FpMode, NamedRule, rule_names_by_decl
+from rewrites.runner import RunResult, run_ruleset
 from rewrites.shapes import SHAPES
 
 SINGLE_PATTERN = [ALGEBRA, LAYOUT, MATMUL, IDIOMS]
 MULTI_PATTERN = [MERGE]  # merges run a bounded number of rounds: they feed on their own output
 ALL_FAMILIES = [*SINGLE_PATTERN, *MULTI_PATTERN]  # the algebra; fusion runs as its own stage
-_RULE_NAMES = rule_names_by_decl([*ALL_FAMILIES, FUSION])
+_RULE_NAMES = rule_names_by_decl(r for f in [*ALL_FAMILIES, FUSION] for r in f.rules)
 ALGEBRA_RULE_NAMES = frozenset(r.name for f in ALL_FAMILIES for r in f.rules)  # what a request may exclude
 
 
-TYPE_NEW_TERMS = run(SHAPES).saturate()
 AfterStep = Callable[["SaturationReport"], None]
+
+
+def type_new_terms(egraph: EGraph) -> RunResult:
+    """The shape and dtype analysis run until every term has its type."""
+    return run_ruleset(egraph, SHAPES, saturate=True)
 
 
 @dataclass(frozen=True)
@@ -65,7 +70,7 @@ class Schedule:
     bounded: Ruleset
     throttled: Ruleset | None = None
     fusion: Ruleset | None = None
-    rule_names: dict[object, str] = field(default_factory=lambda: _RULE_NAMES)  # egglog rule -> rule name
+    rule_names: dict[int, str] = field(default_factory=lambda: _RULE_NAMES)  # egglog rule's id -> rule name
 
 
 def _schedule(fp_mode: FpMode, without: frozenset[str] = frozenset(), label: str = "",
@@ -78,7 +83,7 @@ def _schedule(fp_mode: FpMode, without: frozenset[str] = frozenset(), label: str
     single = [*(r for f in SINGLE_PATTERN for r in f.rules), *extra]
     return Schedule(fp_mode + label, combined(single, "single", False),
                     combined([r for f in MULTI_PATTERN for r in f.rules], "multi", False),
-                    combined(single, "ac", True), rule_names={**_RULE_NAMES, **{r.rule.decl: r.name for r in extra}})
+                    combined(single, "ac", True), rule_names={**_RULE_NAMES, **rule_names_by_decl(extra)})
 
 
 SCHEDULES: dict[FpMode, Schedule] = {"exact": _schedule("exact"), "real": _schedule("real")}
@@ -114,9 +119,9 @@ def term_enodes(egraph: EGraph) -> int:
     return sum(size for fn, size in egraph.all_function_sizes() if str(fn).startswith("Term."))
 
 
-def _record(result, fired: Counter, names: dict[object, str] = _RULE_NAMES) -> None:
-    for decl, matches in result.num_matches_per_rule.items():
-        fired[names.get(decl, "unnamed")] += matches
+def _record(result: RunResult, fired: Counter, names: dict[int, str] = _RULE_NAMES) -> None:
+    for rule, matches in result.matches.items():
+        fired[names.get(rule, "unnamed")] += matches
 
 
 def _fuse(egraph: EGraph, fusion: Ruleset, budget: Budget, start: float, report: SaturationReport,
@@ -127,7 +132,7 @@ def _fuse(egraph: EGraph, fusion: Ruleset, budget: Budget, start: float, report:
         if time.perf_counter() - start > budget.time_limit_s:
             report.stop_reason = "time_limit"
             return
-        result = egraph.run(fusion)
+        result = run_ruleset(egraph, fusion)
         _record(result, fired)
         report.fusion_rounds += 1
         after_step(report)
@@ -150,7 +155,7 @@ def saturate(egraph: EGraph, schedule: Schedule, budget: Budget,
     each iteration and fusion round (progress; an exception from it stops the run there)."""
     report, fired, start = SaturationReport(), Counter(), time.perf_counter()
     durations: list[float] = []
-    egraph.run(TYPE_NEW_TERMS)  # learns the program's result dtypes (`result_dtype`) before any rule reads them
+    type_new_terms(egraph)  # learns the program's result dtypes (`result_dtype`) before any rule reads them
     sizes = [term_enodes(egraph)]
     for iteration in range(budget.iter_limit + 1):
         if iteration == budget.iter_limit:
@@ -165,16 +170,16 @@ def saturate(egraph: EGraph, schedule: Schedule, budget: Budget,
             break
         began = time.perf_counter()
         changed = False
-        steps = [run(schedule.every_iteration)]
+        steps: list[tuple[Ruleset, int | None]] = [(schedule.every_iteration, None)]  # (rules, back_off limit)
         if schedule.throttled is not None:
-            steps.append(run(schedule.throttled, scheduler=back_off(match_limit=budget.ac_match_limit)))
+            steps.append((schedule.throttled, budget.ac_match_limit))
         if iteration < budget.merge_rounds:
-            steps.append(run(schedule.bounded))
-        for step in steps:
-            result = egraph.run(step)
+            steps.append((schedule.bounded, None))
+        for rules, match_limit in steps:
+            result = run_ruleset(egraph, rules, match_limit)
             changed |= result.updated
             _record(result, fired, schedule.rule_names)
-            egraph.run(TYPE_NEW_TERMS)  # before the next step's guards read them
+            type_new_terms(egraph)  # before the next step's guards read them
         report.iterations = iteration + 1
         report.enodes = term_enodes(egraph)
         after_step(report)
