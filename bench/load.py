@@ -54,11 +54,14 @@ def run_config(url: str, payloads: list[bytes], concurrency: int) -> dict:
 def first_and_tenth(program: dict, settings: dict[str, str], servers: int = 3) -> dict:
     """Ten different requests one after another on a server that has served none: a worker warms
     up before it takes requests (service/optimizer/warm_up.py), so the first is no slower than the tenth.
+    The server is ready once one worker is up; the requests start when all are, so the first is not
+    measured beside another worker's start (on two cores, its warm-up takes one of them).
     One pair of requests is noise at this scale; the median ratio over fresh `servers` is reported."""
     pairs = []
     for k in range(servers):
         with running_server(settings, ready_path="/readyz", timeout_s=180, quiet=True) as (url, _), \
                 httpx.Client(timeout=300) as client:
+            _wait_for_workers(client, url, int(settings["OPTU_WORKERS"]))
             latencies = []
             for content in bodies(program, 10, cached=False, offset=-100 - 20 * k):
                 start = time.perf_counter()
@@ -69,6 +72,14 @@ def first_and_tenth(program: dict, settings: dict[str, str], servers: int = 3) -
     first, tenth = (float(np.median(side)) for side in zip(*pairs))
     return {"servers": servers, "first_ms": round(first * 1e3, 2), "tenth_ms": round(tenth * 1e3, 2),
             "first_over_tenth": round(float(np.median([a / b for a, b in pairs])), 3)}
+
+
+def _wait_for_workers(client: httpx.Client, url: str, workers: int, timeout_s: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while client.get(url + "/readyz").json().get("workers", {}).get("workers", 0) < workers:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{workers} workers were not up within {timeout_s:.0f} s")
+        time.sleep(0.2)
 
 
 def table(rows: list[dict]) -> str:
