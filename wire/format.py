@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import functools
 import math
-from typing import Any, Literal, Union
+from typing import Any, Iterator, Literal, Union
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -169,3 +169,23 @@ def literal_value(lit: WireLiteral) -> np.generic:
     except (OverflowError, ValueError, TypeError, FloatingPointError):
         raise WireError(f"literal {v!r} does not fit {dt.name}", field="lit") from None
     return out[()]
+
+
+def is_nested_program(value: Any) -> bool:
+    """Whether a param value is a nested program as the format writes one (a loop body, a branch,
+    scatter's update): `{"program": {...}}`, with `"open": true` for one that takes no consts."""
+    return isinstance(value, dict) and set(value) in ({"program"}, {"program", "open"}) \
+        and isinstance(value["program"], dict)
+
+
+def nested_program_slots(value: Any, path: str = "") -> Iterator[tuple[str, Any, Any, dict]]:
+    """(path, container, key, nested program object) for every nested program in a params value,
+    depth first, not looking inside the programs found; `container[key]` is where each lives, so
+    it can be replaced."""
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, v in items:
+        sub = f"{path}[{key}]" if isinstance(value, list) else (f"{path}.{key}" if path else str(key))
+        if is_nested_program(v):
+            yield sub, value, key, v
+        elif isinstance(v, (dict, list)):
+            yield from nested_program_slots(v, sub)

@@ -4,11 +4,11 @@ and kept its interface."""
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from lowering.kernels import avals_of, output_avals
 from wire.execute import typecheck
-from wire.format import WireError
+from wire.format import WireError, nested_program_slots
 from wire.primitives import const_operands
 
 # A body's optimized program replaces the original only when its own validation says so.
@@ -30,7 +30,7 @@ def optimize_nested(program: dict[str, Any], optimize_body: Callable[[dict], dic
     for i, eqn in enumerate(result.get("eqns", [])):
         params = eqn.get("params") or {}
         weights = _weight_inputs(eqn, static)
-        for path, holder, key, nested in _nested_programs(params):
+        for path, holder, key, nested in nested_program_slots(params):
             original = nested["program"]
             body = copy.deepcopy(original)
             for j in weights.get(path, ()):
@@ -68,23 +68,11 @@ def optimize_nested(program: dict[str, Any], optimize_body: Callable[[dict], dic
 
 def nested_program_count(program: dict[str, Any]) -> int:
     """How many nested programs (loop bodies, branches) `program`'s equations hold at the top level."""
-    return sum(1 for eqn in program.get("eqns", []) for _ in _nested_programs(eqn.get("params") or {}))
+    return sum(1 for eqn in program.get("eqns", []) for _ in nested_program_slots(eqn.get("params") or {}))
 
 
 def _counts(original: dict, used: dict) -> dict[str, int]:
     return {"original": len(original.get("eqns", [])), "optimized": len(used.get("eqns", []))}
-
-
-def _nested_programs(value: Any, path: str = "") -> Iterator[tuple[str, Any, Any, dict]]:
-    """(path, container, key, {"program": ...} object) for every nested program, depth first;
-    `container[key]` is where the object lives so it can be replaced."""
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    for key, v in items:
-        sub = f"{path}[{key}]" if isinstance(value, list) else (f"{path}.{key}" if path else str(key))
-        if isinstance(v, dict) and set(v) in ({"program"}, {"program", "open"}) and isinstance(v["program"], dict):
-            yield sub, value, key, v
-        elif isinstance(v, (dict, list)):
-            yield from _nested_programs(v, sub)
 
 
 def _rejection(original: dict, candidate: dict, response: dict, open_: bool) -> str | None:

@@ -10,6 +10,7 @@ optimizer's source complete it.
 """
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import importlib.util
@@ -21,6 +22,7 @@ from typing import Any
 from costmodel.profile import HardwareProfile, resolve_profile
 from service import VERSION
 from service.optimizer.options import OptimizeOptions
+from wire.format import nested_program_slots
 
 
 def _canonical_program(program: dict[str, Any]) -> dict[str, Any]:
@@ -48,15 +50,12 @@ def _canonical_program(program: dict[str, Any]) -> dict[str, Any]:
             "outputs": [ref(o) for o in program.get("outputs", [])]}
 
 
-def _canonical_params(value: Any) -> Any:
-    """Params with every nested program (a `{"program": ...}` object, see control_flow) canonical."""
-    if isinstance(value, dict):
-        if isinstance(value.get("program"), dict) and set(value) <= {"program", "open"}:
-            return {**value, "program": _canonical_program(value["program"])}
-        return {k: _canonical_params(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_canonical_params(v) for v in value]
-    return value
+def _canonical_params(params: dict[str, Any]) -> dict[str, Any]:
+    """Params with every nested program canonical."""
+    canonical = copy.deepcopy(params)
+    for _, holder, key, nested in nested_program_slots(canonical):
+        holder[key] = {**nested, "program": _canonical_program(nested["program"])}
+    return canonical
 
 
 def source_files() -> list[Path]:

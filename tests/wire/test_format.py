@@ -12,10 +12,10 @@ import pytest
 from jax import lax
 from pydantic import ValidationError
 
-from wire.capture import jaxpr_to_wire
+from wire.capture import capture, jaxpr_to_wire
 from wire.execute import closed_jaxpr
 from wire.format import (ConstSpec, WireEqn, WireError, WireLiteral, WireProgram, decode_array, encode_array,
-                         encode_literal, literal_value)
+                         encode_literal, is_nested_program, literal_value, nested_program_slots)
 from wire.params import decode_params, encode_params
 
 
@@ -143,3 +143,16 @@ def test_decoding_only_builds_allow_listed_values(value):
     with pytest.raises(WireError) as info:
         decode_params("add", {"p": value}, closed_jaxpr)
     assert info.value.field == "params.p"
+
+
+def test_nested_program_slots_find_every_body_where_it_lives_and_not_inside_it():
+    inner = capture(lambda p, a: lax.cond(p, lambda a: a * 2, lambda a: a + 1, a), jnp.bool_(True), jnp.ones(3))
+    outer = capture(lambda p, a: lax.cond(p, lambda a: lax.cond(p, lambda b: b * 2, lambda b: b, a), lambda a: a, a),
+                    jnp.bool_(True), jnp.ones(3))
+    (cond,) = [e for e in inner["eqns"] if e["op"] == "cond"]
+    slots = list(nested_program_slots(cond["params"]))
+    assert [path for path, *_ in slots] == ["branches[0]", "branches[1]"]
+    assert all(holder[key] is nested and nested["program"]["eqns"] for _, holder, key, nested in slots)
+    (cond,) = [e for e in outer["eqns"] if e["op"] == "cond"]
+    assert len(list(nested_program_slots(cond["params"]))) == 2  # the inner cond's branches stay inside theirs
+    assert not is_nested_program({"program": {}, "other": 1}) and not is_nested_program({"program": "text"})
