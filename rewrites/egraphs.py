@@ -16,7 +16,7 @@ import weakref
 
 from egglog import EGraph
 
-from rewrites.runner import run_ruleset
+from rewrites.runner import ensure_registered
 from rewrites.schedule import CHAINS_ORDERED, FUSION_ONLY, SCHEDULES
 from rewrites.shapes import SHAPES
 
@@ -32,12 +32,9 @@ def _on_main_thread() -> bool:
 
 
 def _registered() -> EGraph:
-    """A fresh e-graph with every standard ruleset registered and run once on nothing: egglog
-    compiles a rule on its first run in an e-graph, and a compile made after a push is undone by
-    the pop (a worker's first request took 1.5x its tenth). No rule matches an empty e-graph."""
     egraph = EGraph()
     for rules in _STANDARD:
-        run_ruleset(egraph, rules)
+        ensure_registered(egraph, rules)
     return egraph
 
 
