@@ -10,7 +10,6 @@ optimizer's source complete it.
 """
 from __future__ import annotations
 
-import copy
 import functools
 import hashlib
 import importlib.util
@@ -22,7 +21,7 @@ from typing import Any
 from costmodel.profile import HardwareProfile, resolve_profile
 from service import VERSION
 from service.optimizer.options import OptimizeOptions
-from wire.format import nested_program_slots
+from wire.format import is_nested_program
 
 
 def _canonical_program(program: dict[str, Any]) -> dict[str, Any]:
@@ -50,12 +49,15 @@ def _canonical_program(program: dict[str, Any]) -> dict[str, Any]:
             "outputs": [ref(o) for o in program.get("outputs", [])]}
 
 
-def _canonical_params(params: dict[str, Any]) -> dict[str, Any]:
-    """Params with every nested program canonical."""
-    canonical = copy.deepcopy(params)
-    for _, holder, key, nested in nested_program_slots(canonical):
-        holder[key] = {**nested, "program": _canonical_program(nested["program"])}
-    return canonical
+def _canonical_params(value: Any) -> Any:
+    """Params with every nested program canonical (rebuilt, not copied and then replaced)."""
+    if is_nested_program(value):
+        return {**value, "program": _canonical_program(value["program"])}
+    if isinstance(value, dict):
+        return {k: _canonical_params(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_canonical_params(v) for v in value]
+    return value
 
 
 def source_files() -> list[Path]:
