@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from lowering.regions import equations_reaching, find_regions
+from lowering.regions import ValueTable, equations_reaching, find_regions
 from rewrites.fusion import FUSION
 from rewrites.registry import NamedRule, pattern_ops
 from rewrites.schedule import ALL_FAMILIES
@@ -20,7 +20,7 @@ def stands_for(original: dict[str, Any], optimized: dict[str, Any],
     extraction); else the validator's value numbering: identical computations, values paired
     through equal equations from the outputs down, and the roots of the rewritten regions. The
     outputs always pair."""
-    plan = find_regions(original, optimized)
+    plan = find_regions(original, optimized, ValueTable(real=True))  # kernels are compared within tolerance
     numbered = {} if plan is None else plan.stands_for
     values = {o["name"] for e in original["eqns"] for o in e["out"]} | {s["name"] for s in original["inputs"]}
     recorded = {p: o for p, o in (provenance or {}).items() if o in values}

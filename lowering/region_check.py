@@ -32,10 +32,14 @@ class CheckMemory:
     showed equal to original values (by value number in `table`), which a later candidate's
     regions stop at as they stop at unchanged values."""
 
-    table: ValueTable = field(default_factory=ValueTable)
+    table: ValueTable = field(default_factory=ValueTable)  # `real` for a real-mode check's memory
     passed: dict[str, PassedCheck] = field(default_factory=dict)
     verified: dict[int, str] = field(default_factory=dict)  # value number -> the original value it equals
     shown_by: dict[int, PassedCheck] = field(default_factory=dict)  # value number -> the check that showed it
+
+    @classmethod
+    def for_mode(cls, fp_mode: str) -> CheckMemory:
+        return cls(ValueTable(real=fp_mode == "real"))
 
     def plan(self, original: dict[str, Any], optimized: dict[str, Any]) -> RegionPlan | None:
         return find_regions(original, optimized, self.table, self.verified)

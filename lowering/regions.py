@@ -9,6 +9,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from lowering.slice_parts import selected_part
+
 # Levels of operands hashed to recognise "the same value" across programs, deepest first: deep
 # hashes rarely collide, shallow ones still match just above a rewritten spot.
 STRUCTURE_DEPTHS = (6, 4, 3, 2)
@@ -23,9 +25,12 @@ def _canon(x: Any) -> str:
 
 class ValueTable:
     """Value numbers shared by every program numbered with it: identical computations (from the same
-    inputs by position, the same consts), identical numbers. Safe to share between threads."""
+    inputs by position, the same consts), identical numbers. A slice selecting one operand's part
+    of a concatenation is numbered as that part (lowering/slice_parts.py): in `real` arithmetic
+    through a GEMM or convolution too. Safe to share between threads."""
 
-    def __init__(self) -> None:
+    def __init__(self, real: bool = False) -> None:
+        self.real = real
         self._numbers: dict[Any, int] = {}
         self._next = itertools.count()
 
@@ -48,18 +53,34 @@ class _Numbered:
             self.aval[c["name"]] = (tuple(c["shape"]), c["dtype"])
         self.signature = []  # per equation: everything but its variable operands
         for i, e in enumerate(program["eqns"]):
-            sig = (e["op"], _canon(e.get("params") or {}), tuple(None if isinstance(a, str) else _canon(a)
-                                                                 for a in e["in"]),
-                   tuple((tuple(o["shape"]), o["dtype"]) for o in e["out"]))
-            self.signature.append(sig)
-            ins = tuple(self.key[a] if isinstance(a, str) else _canon(a) for a in e["in"])
+            self.signature.append(self._signature(e))
+            part = selected_part(e, self._made_by, self._shape, table.real) if e["op"] == "slice" else None
             for j, o in enumerate(e["out"]):
-                self.key[o["name"]], self.aval[o["name"]] = intern((sig, ins, j)), (tuple(o["shape"]), o["dtype"])
+                self.aval[o["name"]] = (tuple(o["shape"]), o["dtype"])
+                if isinstance(part, str):
+                    self.key[o["name"]] = self.key[part]
+                else:
+                    self.key[o["name"]] = intern(self._identity(e if part is None else part, j))
                 self.producer[o["name"]] = (i, j)
         self.by_key = {}
         for name, key in self.key.items():
             self.by_key.setdefault(key, name)
         self._shape_hash: dict[str, str] = {}
+
+    @staticmethod
+    def _signature(e: dict[str, Any]) -> tuple:
+        return (e["op"], _canon(e.get("params") or {}), tuple(None if isinstance(a, str) else _canon(a) for a in e["in"]),
+                tuple((tuple(o["shape"]), o["dtype"]) for o in e["out"]))
+
+    def _identity(self, e: dict[str, Any], j: int) -> tuple:
+        """What numbers output `j` of `e`: the equation and its operands' numbers."""
+        return self._signature(e), tuple(self.key[a] if isinstance(a, str) else _canon(a) for a in e["in"]), j
+
+    def _made_by(self, name: str) -> dict[str, Any] | None:
+        return self.program["eqns"][self.producer[name][0]] if name in self.producer else None
+
+    def _shape(self, operand: Any) -> tuple[int, ...]:
+        return self.aval[operand][0] if isinstance(operand, str) else ()
 
     def structure(self, name: str, depth: int = STRUCTURE_DEPTHS[0]) -> str:
         """A hash of the value's operand tree `depth` levels deep: inputs by position, operands of a

@@ -1,6 +1,8 @@
 """Translation validation: the optimized program must compute what the original computes.
 
-Verdicts (`status`): `identical` (value numbering finds the same computation: nothing is run),
+Verdicts (`status`): `identical` (value numbering finds the same computation, seeing a slice that
+selects one operand's part of a concatenation, in `real` mode also through a GEMM or convolution,
+as that part (lowering/slice_parts.py): nothing is run),
 `passed`, `failed`, `inconclusive` (the check could not tell, with the reason), and `skipped` (the
 caller turned validation off; set by the pipeline).
 
@@ -49,7 +51,8 @@ MAX_REGION_SHARE = 0.6  # beyond this share of the optimized program in regions,
 
 def identical() -> dict[str, Any]:
     return {"status": "identical", "max_rel_error": 0.0, "tolerance": {}, "trials": 0, "criterion": "identical",
-            "reason": "value numbering finds the same computation in both programs; nothing was run"}
+            "reason": "value numbering finds the same computation in both programs (a slice of a concatenation, "
+                      "in real mode also of a GEMM over one, as the part it selects); nothing was run"}
 
 
 def validate(original: dict[str, Any], optimized: dict[str, Any], fp_mode: str = "real",
@@ -57,7 +60,9 @@ def validate(original: dict[str, Any], optimized: dict[str, Any], fp_mode: str =
              memory: CheckMemory | None = None) -> dict[str, Any]:
     """The verdict on `optimized` against `original` (see the module docstring); `draws` may hold
     the inputs drawn ahead, and `memory` what earlier candidates' checks showed on them."""
-    memory, draws = memory or CheckMemory(), draws or InputDraws()
+    memory, draws = memory or CheckMemory.for_mode(fp_mode), draws or InputDraws()
+    if memory.table.real and fp_mode != "real":
+        raise ValueError("a real-arithmetic check memory numbers values equal that need not be bit-identical")
     plan = memory.plan(original, optimized)
     if plan is not None and not plan.regions and not plan.relied:
         return identical()

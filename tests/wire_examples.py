@@ -69,11 +69,12 @@ def two_regions(first: bool, second: bool) -> dict:
 
 
 def projections(merged: bool, combine, swapped: bool = False):
-    """Three projections of one input (merged into one matmul and sliced when asked; `swapped`
+    """Three projections of one input (merged into one matmul and sliced when asked, at the highest
+    precision: another computation to value numbering, so a region checked by running it; `swapped`
     slices k and v the wrong way round) fed to `combine(q, k, v)`, then unchanged work."""
     def fn(x, wq, wk, wv):
         if merged:
-            both = x @ jnp.concatenate([wq, wk, wv], axis=1)
+            both = jnp.matmul(x, jnp.concatenate([wq, wk, wv], axis=1), precision="highest")
             q, k, v = (both[:, 16 * i:16 * (i + 1)] for i in ((0, 2, 1) if swapped else (0, 1, 2)))
         else:
             q, k, v = x @ wq, x @ wk, x @ wv

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import jax
 
 from lowering.region_check import CheckMemory
-from lowering.regions import distinct_checks, find_regions
+from lowering.regions import ValueTable, distinct_checks, find_regions
 from lowering.validate import validate
 from lowering.validation_inputs import TRIALS, InputDraws
 
@@ -96,7 +96,7 @@ class BackgroundValidation:
         self.algebraic: dict[str, Any] | None = None
         self.draws = InputDraws()
         self.speculative = self.draws.stoppable()  # the algebraic optimum's check, stopped when not wanted
-        self.memory = CheckMemory()  # what either check showed on these draws
+        self.memory = CheckMemory.for_mode(fp_mode)  # what either check showed on these draws
         self.checking = threading.Event()  # a check has started: drawing ahead stops
         self.jobs: list[Job] = []
 
@@ -128,7 +128,7 @@ class BackgroundValidation:
 
     def result_for(self, candidate: dict[str, Any]) -> dict[str, Any]:
         started = self.algebraic is not None
-        plan = find_regions(self.algebraic, candidate) if started else None
+        plan = find_regions(self.algebraic, candidate, ValueTable(real=self.fp_mode == "real")) if started else None
         if plan is not None and not plan.regions:
             return self.jobs[-1].result()
         self.checking.set()

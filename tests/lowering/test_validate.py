@@ -173,13 +173,13 @@ def test_draws_that_overflow_everywhere_tell_nothing_and_contracted_ones_decide(
 
 def _stack(merged: bool, layers: int = 3, order=(0, 1, 2), last_order=None, merged_from: int = 0):
     """`layers` blocks, each three projections of one input (merged into one matmul when asked,
-    from layer `merged_from` on) followed by the same downstream work: the shape of the
-    optimizer's same-input merges."""
+    from layer `merged_from` on, at the highest precision: a region to value numbering) followed by
+    the same downstream work: the shape of the optimizer's same-input merges."""
     def fn(x, *ws):
         for layer in range(layers):
             wq, wk, wv = ws[3 * layer:3 * layer + 3]
             if merged and layer >= merged_from:
-                both = x @ jnp.concatenate([wq, wk, wv], axis=1)
+                both = jnp.matmul(x, jnp.concatenate([wq, wk, wv], axis=1), precision="highest")
                 parts = [both[:, 16 * i:16 * (i + 1)] for i in range(3)]
                 q, k, v = (parts[i] for i in (last_order if last_order and layer == layers - 1 else order))
             else:
@@ -232,7 +232,7 @@ def test_a_failed_region_is_overruled_where_a_change_there_would_have_shown():
 
 def test_a_region_check_that_passed_on_the_same_draws_is_not_run_again():
     # the last layer alone merged is the check the first layer's merge passed, on other values
-    original, memory = _stack(False), CheckMemory()
+    original, memory = _stack(False), CheckMemory.for_mode("real")
     assert validate(original, _stack(True), memory=memory)["status"] == "passed" and len(memory.passed) == 1
     again = validate(original, _stack(True, merged_from=2), memory=memory)
     assert again["status"] == "passed" and again["reused_regions"] == 1 and again["draws"] == []
@@ -240,14 +240,14 @@ def test_a_region_check_that_passed_on_the_same_draws_is_not_run_again():
 
 
 def test_a_candidate_computing_what_a_passed_check_showed_runs_nothing():
-    original, memory = _stack(False), CheckMemory()
+    original, memory = _stack(False), CheckMemory.for_mode("real")
     validate(original, _stack(True), memory=memory)
     again = validate(original, _stack(True), memory=memory)
     assert again["status"] == "passed" and again["reused_values"] == 3 and again["draws"] == []
 
 
 def test_a_new_region_beside_reused_ones_is_checked_and_both_are_reported():
-    original, memory = two_regions(False, False), CheckMemory()
+    original, memory = two_regions(False, False), CheckMemory.for_mode("real")
     validate(original, two_regions(True, False), memory=memory)
     result = validate(original, two_regions(True, True), memory=memory)
     assert result["status"] == "passed" and result["distinct_regions"] == 1 and result["reused_values"] == 1
@@ -255,7 +255,7 @@ def test_a_new_region_beside_reused_ones_is_checked_and_both_are_reported():
 
 
 def test_reused_region_checks_never_pass_a_wrong_new_region():
-    original, memory = _stack(False), CheckMemory()
+    original, memory = _stack(False), CheckMemory.for_mode("real")
     validate(original, _stack(True), memory=memory)
     assert validate(original, _stack(True, last_order=(2, 1, 0)), memory=memory)["status"] == "failed"
     assert len(memory.passed) == 1
@@ -346,7 +346,7 @@ def _as_written(q, k, v):
 def test_a_later_candidate_starts_from_the_values_an_earlier_check_showed():
     # the first candidate merges the projections; the second regroups what follows them: its check
     # runs only from the merged matmul's slices on, as an unchanged value would be
-    original, memory = projections(False, _as_written), CheckMemory()
+    original, memory = projections(False, _as_written), CheckMemory.for_mode("real")
     first = validate(original, projections(True, _as_written), memory=memory)
     assert first["status"] == "passed" and len(first["roots"]) == 3
     second = validate(original, projections(True, lambda q, k, v: q * k - (-v)), memory=memory)
@@ -355,14 +355,14 @@ def test_a_later_candidate_starts_from_the_values_an_earlier_check_showed():
 
 
 def test_a_wrong_candidate_fails_from_values_an_earlier_check_showed():
-    original, memory = projections(False, _as_written), CheckMemory()
+    original, memory = projections(False, _as_written), CheckMemory.for_mode("real")
     validate(original, projections(True, _as_written), memory=memory)
     wrong = validate(original, projections(True, lambda q, k, v: q * k - v), memory=memory)
     assert wrong["status"] == "failed"
 
 
 def test_values_of_a_failed_check_are_never_taken_as_shown():
-    original, memory = projections(False, _as_written), CheckMemory()
+    original, memory = projections(False, _as_written), CheckMemory.for_mode("real")
     assert validate(original, projections(True, _as_written, swapped=True), memory=memory)["status"] == "failed"
     assert not memory.verified
     later = validate(original, projections(True, lambda q, k, v: q * k - (-v), swapped=True), memory=memory)

@@ -1,0 +1,111 @@
+"""Value numbering sees a slice of a concatenation, or of a GEMM or convolution over one, as the
+part it selects: merged GEMMs need no numeric check in real mode, and anything else still gets one."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from lowering.regions import ValueTable, find_regions
+from lowering.validate import validate
+from wire.capture import capture
+
+pytestmark = pytest.mark.unit
+RNG = np.random.default_rng(0)
+
+
+def _normal(*shape):
+    return RNG.normal(size=shape).astype(np.float32)
+
+
+def _projections(merged: bool, starts=(0, 16, 32)):
+    """Three projections of one input, each through its own nonlinearity; merged into one matmul
+    over the concatenated weights and sliced at `starts` when asked."""
+    def fn(x, wq, wk, wv):
+        if merged:
+            both = x @ jnp.concatenate([wq, wk, wv], axis=1)
+            q, k, v = (both[:, s:s + 16] for s in starts)
+        else:
+            q, k, v = x @ wq, x @ wk, x @ wv
+        return jnp.tanh(q) * jnp.sin(k) + v
+    return capture(fn, _normal(8, 24), _normal(24, 16), _normal(24, 16), _normal(24, 16))
+
+
+def test_slices_of_a_merged_gemm_are_the_gemms_they_replace_in_real_arithmetic():
+    original, merged = _projections(False), _projections(True)
+    plan = find_regions(original, merged, ValueTable(real=True))
+    assert plan is not None and plan.regions == []
+    originals = {e["out"][0]["name"] for e in original["eqns"] if e["op"] == "dot_general"}
+    slices = [e["out"][0]["name"] for e in merged["eqns"] if e["op"] == "slice"]
+    assert {plan.stands_for[s] for s in slices} == originals
+    assert validate(original, merged)["status"] == "identical"
+
+
+def test_an_exact_numbering_checks_a_merged_gemm_by_running_it():
+    # a library GEMM may round a slice of a wider product differently from the narrower product
+    plan = find_regions(_projections(False), _projections(True), ValueTable(real=False))
+    assert plan is not None and len([root for region in plan.regions for root in region.roots]) == 3
+    assert validate(_projections(False), _projections(True), "exact")["status"] != "identical"
+
+
+def test_a_slice_off_a_part_s_bounds_is_checked_and_fails():
+    original = _projections(False)
+    plan = find_regions(original, _projections(True, starts=(0, 17, 32)), ValueTable(real=True))
+    assert plan is not None and len(plan.regions) == 1
+    assert validate(original, _projections(True, starts=(0, 17, 32)))["status"] == "failed"
+
+
+def test_parts_sliced_the_wrong_way_round_fail():
+    assert validate(_projections(False), _projections(True, starts=(0, 32, 16)))["status"] == "failed"
+
+
+def test_a_slice_of_a_concatenation_is_its_operand_in_any_arithmetic():
+    x, y = _normal(4, 8), _normal(4, 8)
+    original = capture(lambda a, b: jnp.tanh(a) + b, x, y)
+    rewritten = capture(lambda a, b: jnp.tanh(jnp.concatenate([b, a], axis=0)[4:]) + b, x, y)
+    assert find_regions(original, rewritten, ValueTable(real=False)).regions == []
+    assert validate(original, rewritten, "exact")["status"] == "identical"
+
+
+def test_a_strided_slice_of_a_concatenation_is_not_its_operand():
+    x = _normal(4, 8)
+    original = capture(lambda a: a * 2.0, x)
+    rewritten = capture(lambda a: jnp.concatenate([a, a], axis=1)[:, ::2] * 2.0, x)
+    assert find_regions(original, rewritten, ValueTable(real=True)).regions != []
+
+
+def test_rows_of_a_matmul_over_stacked_inputs_are_the_matmuls_they_replace():
+    # the same weight applied to two inputs, stacked along M
+    def fn(stacked):
+        def f(x, h, w):
+            if stacked:
+                both = jnp.concatenate([x, h], axis=0) @ w
+                return jnp.tanh(both[:8]) + both[8:]
+            return jnp.tanh(x @ w) + h @ w
+        return f
+    args = (_normal(8, 16), _normal(8, 16), _normal(16, 32))
+    assert validate(capture(fn(False), *args), capture(fn(True), *args))["status"] == "identical"
+
+
+def _convs(merged: bool, groups: int = 1):
+    """Two convolutions of one image; merged along the kernels' output features when asked."""
+    def fn(x, k1, k2):
+        conv = lambda k: jax.lax.conv_general_dilated(x, k, (1, 1), "SAME", feature_group_count=groups)
+        if merged:
+            both = conv(jnp.concatenate([k1, k2], axis=0))
+            return jnp.tanh(both[:, :4]) + both[:, 4:]
+        return jnp.tanh(conv(k1)) + conv(k2)
+    return capture(fn, _normal(2, 4, 6, 6), _normal(4, 4 // groups, 3, 3), _normal(4, 4 // groups, 3, 3))
+
+
+def test_output_features_of_a_merged_convolution_are_the_convolutions_they_replace():
+    assert validate(_convs(False), _convs(True))["status"] == "identical"
+
+
+def test_a_grouped_convolution_is_not_seen_through():
+    # with groups, output features read only their group's inputs: a slice of the merged
+    # convolution is not the convolution of the slice of its kernel (and here is not equal at all)
+    original, merged = _convs(False, groups=2), _convs(True, groups=2)
+    assert find_regions(original, merged, ValueTable(real=True)).regions != []
+    assert validate(original, merged)["status"] == "failed"
