@@ -9,12 +9,12 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from lowering.slice_parts import selected_part
+from lowering.normal_forms import UNORDERED, is_literal, normal_form
 
 # Levels of operands hashed to recognise "the same value" across programs, deepest first: deep
 # hashes rarely collide, shallow ones still match just above a rewritten spot.
 STRUCTURE_DEPTHS = (6, 4, 3, 2)
-COMMUTATIVE = frozenset(["add", "mul", "max", "min", "and", "or", "xor", "eq", "ne"])
+COMMUTATIVE = UNORDERED | {"max", "min"}  # in real arithmetic; bit for bit, max/min may order signed zeros
 
 
 def _canon(x: Any) -> str:
@@ -25,9 +25,9 @@ def _canon(x: Any) -> str:
 
 class ValueTable:
     """Value numbers shared by every program numbered with it: identical computations (from the same
-    inputs by position, the same consts), identical numbers. A slice selecting one operand's part
-    of a concatenation is numbered as that part (lowering/slice_parts.py): in `real` arithmetic
-    through a GEMM or convolution too. Safe to share between threads."""
+    inputs by position, the same consts), identical numbers; each equation is numbered by its
+    normal form (lowering/normal_forms.py), which sees through GEMMs and convolutions over a
+    concatenation only in `real` arithmetic. Safe to share between threads."""
 
     def __init__(self, real: bool = False) -> None:
         self.real = real
@@ -43,7 +43,7 @@ class _Numbered:
     """A program's value numbering over a shared table: identical computations, identical ids."""
 
     def __init__(self, program: dict[str, Any], table: ValueTable):
-        intern = table.number
+        intern, self.real = table.number, table.real
         self.program, self.producer, self.key, self.aval = program, {}, {}, {}
         self.consts = {c["name"]: c for c in program.get("consts", [])}
         for k, spec in enumerate(program["inputs"]):
@@ -52,15 +52,21 @@ class _Numbered:
             self.key[c["name"]] = intern(("const", c["dtype"], tuple(c["shape"]), c["data"]))
             self.aval[c["name"]] = (tuple(c["shape"]), c["dtype"])
         self.signature = []  # per equation: everything but its variable operands
+        self.form: dict[str, dict[str, Any]] = {}  # value -> the equation it is numbered as
         for i, e in enumerate(program["eqns"]):
             self.signature.append(self._signature(e))
-            part = selected_part(e, self._made_by, self._shape, table.real) if e["op"] == "slice" else None
             for j, o in enumerate(e["out"]):
                 self.aval[o["name"]] = (tuple(o["shape"]), o["dtype"])
-                if isinstance(part, str):
-                    self.key[o["name"]] = self.key[part]
+            normal = normal_form(e, self.form.get, self._shape, table.real) if len(e["out"]) == 1 else e
+            for j, o in enumerate(e["out"]):
+                if isinstance(normal, str):
+                    self.key[o["name"]] = self.key[normal]
+                    if normal in self.form:
+                        self.form[o["name"]] = self.form[normal]
                 else:
-                    self.key[o["name"]] = intern(self._identity(e if part is None else part, j))
+                    self.key[o["name"]] = intern(("lit", _canon(normal)) if is_literal(normal)
+                                                 else self._identity(normal, j))
+                    self.form[o["name"]] = normal
                 self.producer[o["name"]] = (i, j)
         self.by_key = {}
         for name, key in self.key.items():
@@ -73,11 +79,14 @@ class _Numbered:
                 tuple((tuple(o["shape"]), o["dtype"]) for o in e["out"]))
 
     def _identity(self, e: dict[str, Any], j: int) -> tuple:
-        """What numbers output `j` of `e`: the equation and its operands' numbers."""
-        return self._signature(e), tuple(self.key[a] if isinstance(a, str) else _canon(a) for a in e["in"]), j
-
-    def _made_by(self, name: str) -> dict[str, Any] | None:
-        return self.program["eqns"][self.producer[name][0]] if name in self.producer else None
+        """What numbers output `j` of `e`: its op, params and output types, and its operands (numbers
+        of values, literals as written), unordered where the op's operands are."""
+        literal = lambda a: a if not isinstance(a, str) else self.form.get(a) if is_literal(self.form.get(a)) else None
+        operands = [(0, self.key[a]) if literal(a) is None else (1, _canon(literal(a))) for a in e["in"]]
+        if e["op"] in UNORDERED:
+            operands.sort()
+        return (e["op"], _canon(e.get("params") or {}), tuple((tuple(o["shape"]), o["dtype"]) for o in e["out"]),
+                tuple(operands), j)
 
     def _shape(self, operand: Any) -> tuple[int, ...]:
         return self.aval[operand][0] if isinstance(operand, str) else ()
@@ -132,7 +141,8 @@ def _operand_pairs(eo: dict, ep: dict, o_num: _Numbered, p_num: _Numbered) -> li
     """Operand pairs of two equations with the same signature, None where their types differ;
     a commutative op's operands are swapped when that pairs more identical structures."""
     ins_o, ins_p = list(eo["in"]), list(ep["in"])
-    if eo["op"] in COMMUTATIVE and len(ins_o) == 2 and all(isinstance(a, str) for a in ins_o + ins_p):
+    swappable = COMMUTATIVE if p_num.real else UNORDERED
+    if eo["op"] in swappable and len(ins_o) == 2 and all(isinstance(a, str) for a in ins_o + ins_p):
         alike = lambda a, b: o_num.key[a] == p_num.key[b] or o_num.structure(a, 3) == p_num.structure(b, 3)
         if sum(map(alike, ins_o, ins_p[::-1])) > sum(map(alike, ins_o, ins_p)):
             ins_p.reverse()

@@ -72,7 +72,11 @@ def test_speed_benchmark_reports_each_family_its_growth_and_the_servers_memory(t
     groups = {r["group"] for r in result["rows"]}
     assert groups == {"encoder, 1 layer", "encoder, 12 layers", "chain 6", "chain 12"}
     assert {r["key"].split()[0] for r in result["rows"] if r["group"].startswith("encoder")} == {"plain", "flax", "equinox"}
-    assert all(r["validation"] == "passed" and r["estimate_s"] > 0 for r in result["rows"])
+    assert all(r["estimate_s"] > 0 for r in result["rows"])
+    # chains are reassociated (a real-arithmetic rewrite, run to check); an encoder's merged projections
+    # and scalings by powers of two are the same computation to value numbering
+    assert all(r["validation"] == "passed" for r in result["rows"] if r["group"].startswith("chain"))
+    assert all(r["validation"] in ("passed", "identical") for r in result["rows"])
     assert result["growth_exponent"]["layers"] is not None and result["growth_exponent"]["chain_length"] is not None
     assert result["unlimited"]["worst_ratio"] >= 1.0 - 1e-9  # default settings never beat an unlimited search
     assert result["memory"]["status"] == 200 and result["memory"]["processes"] >= 2

@@ -110,11 +110,11 @@ def _scaled_after_chaos(scale):
 
 
 def test_a_rewritten_region_behind_a_chaotic_prefix_is_judged_on_its_own_sensitivity():
-    # only the last step is rewritten (x/4 -> x*0.25): the values the chaotic map feeds it are the
-    # program's own, and the region is stable under a nudge of them, so its check can tell
+    # only the last step is rewritten (x/4 -> (x*0.5)*0.5): the values the chaotic map feeds it are
+    # the program's own, and the region is stable under a nudge of them, so its check can tell
     x = np.full((64,), 0.3, np.float32)
     original = capture(_scaled_after_chaos(lambda y: y / 4.0), x)
-    result = validate(original, capture(_scaled_after_chaos(lambda y: y * 0.25), x))
+    result = validate(original, capture(_scaled_after_chaos(lambda y: (y * 0.5) * 0.5), x))
     assert result["status"] == "passed" and result["criterion"] == "regions" and result["trials"] == 2
     # a wrong last step fails its region; the whole programs cannot tell, so it is not passed either
     assert validate(original, capture(_scaled_after_chaos(lambda y: y * 0.3), x))["status"] == "inconclusive"

@@ -12,8 +12,9 @@ from x64_models import capture_x64, x64_workloads
 from wire.execute import jitted_program
 
 WORKLOADS = x64_workloads()
-# Written with a rewrite to find and 64-bit indices to carry through it: these must be rewritten and checked.
-REWRITTEN = ("gpt_decode_step", "lstm", "gather_and_sort", "matmul_chain")
+# Written with a rewrite to find and 64-bit indices to carry through it: these must be rewritten and
+# checked, by running them or (the decode step's merged projections) by value numbering.
+REWRITTEN = {"gpt_decode_step": "identical", "lstm": "passed", "gather_and_sort": "passed", "matmul_chain": "passed"}
 
 
 def _signature(program: dict, names: list[str]) -> list[tuple[list[int], str]]:
@@ -32,7 +33,7 @@ def test_a_64_bit_model_is_optimized_validated_and_returned_in_its_own_types(ser
     response = reply.json()
     assert response["validation"]["status"] in VALIDATED, response["validation"]
     if name in REWRITTEN:
-        assert response["validation"]["status"] == "passed", response["validation"]
+        assert response["validation"]["status"] == REWRITTEN[name], response["validation"]
         assert response["estimate"]["speedup_vs_baseline"] > 1.0
     optimized = response["program"]
     assert [(s["shape"], s["dtype"]) for s in optimized["inputs"]] == [(s["shape"], s["dtype"]) for s in program["inputs"]]

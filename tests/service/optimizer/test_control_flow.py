@@ -68,7 +68,8 @@ def test_scan_body_is_optimized_and_whole_program_matches(fp_mode):
     response = optimize(program, None, {"fp_mode": fp_mode})
     assert program == before
     (report,) = _body_reports(response, "jaxpr")
-    assert report["accepted"] and report["validation"]["status"] == "passed"
+    # exact mode only cancels transposes, which value numbering sees as nothing: no run is needed
+    assert report["accepted"] and report["validation"]["status"] == ("identical" if fp_mode == "exact" else "passed")
     assert report["rewrites"]["transpose-transpose"] >= 1
     body = _eqn(response["program"], "scan")["params"]["jaxpr"]["program"]
     assert "transpose" not in _ops(body)

@@ -63,7 +63,9 @@ def test_the_pipeline_reports_the_pieces_and_validates_the_stitched_program(enco
     program, _ = encoder
     response = optimize(program)
     assert response["report"]["partition"]["searched"] < response["report"]["partition"]["pieces"]
-    assert response["validation"]["status"] == "passed"
+    # each distinct piece checked against the piece it replaces: merged projections, a mean's
+    # division by a power of two as a multiplication, which value numbering sees as the same
+    assert response["validation"]["status"] == "identical" and response["validation"]["criterion"] == "identical"
     # the pieces' kernels end at the cuts; the stitched program is grouped over them where cheaper
     assert response["report"]["fusion"]["chosen"] != "baseline"
     assert response["estimate"]["speedup_vs_baseline"] > 1.0
@@ -135,6 +137,6 @@ def test_a_piece_that_simplifies_to_its_input_is_stitched_as_an_alias(monkeypatc
     response = optimize(program)
     assert response["report"]["partition"]["searched"] == 2
     assert "reshape" not in [e["op"] for e in response["program"]["eqns"]]
-    assert response["validation"]["status"] == "passed"
+    assert response["validation"]["status"] == "identical"  # a reshape pair is nothing to value numbering
     (got,) = program_to_callable(response["program"])(x, *ws)
     np.testing.assert_allclose(np.asarray(got), np.asarray(net(x, ws)), rtol=1e-5, atol=1e-6)

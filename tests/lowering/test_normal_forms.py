@@ -1,5 +1,6 @@
-"""Value numbering sees a slice of a concatenation, or of a GEMM or convolution over one, as the
-part it selects: merged GEMMs need no numeric check in real mode, and anything else still gets one."""
+"""Value numbering numbers each equation by its normal form: exact identities (data movement,
+literal arithmetic, scaling by a power of two, unordered operands) in any mode, a merged GEMM's
+slices as the GEMMs they replace in real mode; anything else is still checked by running it."""
 from __future__ import annotations
 
 import jax
@@ -109,3 +110,56 @@ def test_a_grouped_convolution_is_not_seen_through():
     original, merged = _convs(False, groups=2), _convs(True, groups=2)
     assert find_regions(original, merged, ValueTable(real=True)).regions != []
     assert validate(original, merged)["status"] == "failed"
+
+
+def _exact_verdict(original, rewritten, *args):
+    return validate(capture(original, *args), capture(rewritten, *args), "exact")["status"]
+
+
+def test_division_by_a_power_of_two_is_multiplication_by_its_reciprocal():
+    x = _normal(8, 16)
+    assert _exact_verdict(lambda a: jnp.tanh(a / 1024.0), lambda a: jnp.tanh(a * (1 / 1024)), x) == "identical"
+    assert _exact_verdict(lambda a: a / -0.25, lambda a: a * -4.0, x) == "identical"
+
+
+def test_division_by_another_number_is_not_its_reciprocal():
+    # x * (1/3) rounds twice; it can differ from x / 3 in the last bit
+    x = _normal(8, 16)
+    plan = find_regions(capture(lambda a: a / 3.0, x), capture(lambda a: a * (1 / 3), x), ValueTable(real=True))
+    assert len(plan.regions) == 1
+
+
+def test_literal_arithmetic_is_the_literal_it_rounds_to():
+    # a mean over (n - ddof) elements, as a layer norm library writes it, against the scale folded
+    x = _normal(8, 16)
+    original = lambda a: jnp.sum(a, axis=1) / (jnp.float32(16.0) - jnp.float32(0.0))
+    assert _exact_verdict(original, lambda a: jnp.sum(a, axis=1) * 0.0625, x) == "identical"
+    assert _exact_verdict(original, lambda a: jnp.sum(a, axis=1) * 0.125, x) == "failed"
+
+
+def test_operands_of_a_commutative_op_are_unordered_and_of_others_are_not():
+    x, y = _normal(8, 16), _normal(8, 16)
+    assert _exact_verdict(lambda a, b: jnp.tanh(a) * b, lambda a, b: b * jnp.tanh(a), x, y) == "identical"
+    assert _exact_verdict(lambda a, b: a - b, lambda a, b: b - a, x, y) == "failed"
+    # max may pick either signed zero: bit for bit its operands keep their order, and the swap is run
+    swapped = capture(jnp.maximum, x, y), capture(lambda a, b: jnp.maximum(b, a), x, y)
+    assert find_regions(*swapped, ValueTable(real=False)).regions != []
+    assert find_regions(*swapped, ValueTable(real=True)).regions == []
+
+
+def test_composed_data_movement_is_one_move_and_no_move_where_it_cancels():
+    x = _normal(2, 3, 4)
+    twice = lambda a: jnp.tanh(jnp.transpose(jnp.transpose(a, (1, 2, 0)), (2, 1, 0)))
+    assert _exact_verdict(twice, lambda a: jnp.tanh(jnp.transpose(a, (0, 2, 1))), x) == "identical"
+    assert _exact_verdict(twice, lambda a: jnp.tanh(jnp.transpose(a, (2, 1, 0))), _normal(3, 3, 3)) == "failed"
+    assert _exact_verdict(lambda a: jnp.transpose(jnp.transpose(a, (1, 0, 2)), (1, 0, 2)) + 1.0,
+                          lambda a: a + 1.0, x) == "identical"
+    spread = lambda a: jax.lax.broadcast_in_dim(jax.lax.broadcast_in_dim(a, (1, 4), (1,)), (5, 3, 4), (1, 2))
+    assert _exact_verdict(spread, lambda a: jax.lax.broadcast_in_dim(a, (5, 3, 4), (2,)), _normal(4)) == "identical"
+    assert _exact_verdict(lambda a: jnp.sin(a.reshape(6, 4).reshape(2, 12)), lambda a: jnp.sin(a.reshape(2, 12)),
+                          x) == "identical"
+
+
+def test_stop_gradient_is_its_operand():
+    x = _normal(8, 16)
+    assert _exact_verdict(lambda a: jnp.exp(jax.lax.stop_gradient(a)), jnp.exp, x) == "identical"

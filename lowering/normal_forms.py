@@ -1,0 +1,162 @@
+"""What value numbering (lowering/regions.py) takes as the same computation beyond identical
+equations: each equation is numbered by its normal form, an operand it equals or an equation
+computing the same. Every identity here is exact in IEEE arithmetic, bit for bit, except those
+through a GEMM or convolution (a library GEMM may block, and so round, by its whole shape), which
+hold in real arithmetic and apply only to `real` numberings.
+
+- data movement: a slice selecting one operand's part of a concatenation is that operand; a
+  transpose of a transpose, a broadcast of a broadcast and a reshape of a reshape are one (none
+  where it changes nothing); stop_gradient and copy are their operand;
+- arithmetic: `add`, `sub`, `mul` and `neg` of float literals are the literal they round to, in
+  their own type (float16, 32 or 64); x / 2^k is x * 2^-k (both are the correctly rounded
+  x * 2^-k); operands of `add`, `mul`, `and`, `or`, `xor`, `eq`, `ne` are unordered (`max`/`min`
+  may order signed zeros);
+- real: a slice of a GEMM or convolution over a concatenation, along a dimension the op carries to
+  its output unmixed (a GEMM's free dimension, a convolution's output features or batch), is the
+  op over the selected part: a merged GEMM's slices are the GEMMs they replace.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+Eqn = dict[str, Any]  # an equation; a literal is a dict with "lit" and "dtype"
+Form = Callable[[str], Eqn | None]  # a value's normal form: an equation, a literal, None for an input
+Shape = Callable[[Any], tuple[int, ...]]  # an operand's shape (a literal's: ())
+
+UNORDERED = frozenset(["add", "mul", "and", "or", "xor", "eq", "ne"])
+IDENTITIES = frozenset(["stop_gradient", "copy"])
+FOLDED = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "neg": np.negative}
+FOLDED_TYPES = frozenset(["float16", "float32", "float64"])  # NumPy rounds these as IEEE does, once
+POWER_OF_TWO_RANGE = 14  # 2^-14..2^14: normal numbers in every float type, float16 included
+
+
+def is_literal(value: Any) -> bool:
+    return isinstance(value, dict) and "lit" in value
+
+
+def normal_form(eqn: Eqn, form: Form, shape: Shape, real: bool) -> str | Eqn:
+    """The operand `eqn` equals, or the equation (or literal) its single output is numbered as."""
+    op, source = eqn["op"], eqn["in"][0] if eqn["in"] else None
+    made = form(source) if isinstance(source, str) else None
+    if op in IDENTITIES and isinstance(source, str):
+        return source
+    if op in FOLDED:
+        return _folded(eqn, form)
+    if op in ("transpose", "broadcast_in_dim", "reshape"):
+        return _moved(eqn, made, shape)
+    if op == "div":
+        return _reciprocal_scale(eqn, form)
+    if op == "slice" and made is not None:
+        return _selected_part(eqn, made, form, shape, real) or eqn
+    return eqn
+
+
+def _literal(operand: Any, form: Form) -> Eqn | None:
+    """A literal operand, or the literal a value was folded to."""
+    if is_literal(operand):
+        return operand
+    value = form(operand) if isinstance(operand, str) else None
+    return value if is_literal(value) else None
+
+
+def _folded(eqn: Eqn, form: Form) -> Eqn:
+    """Arithmetic on literals of one float type as the literal it rounds to in that type."""
+    literals = [_literal(a, form) for a in eqn["in"]]
+    dtype = eqn["out"][0]["dtype"]
+    if any(lit is None or lit["dtype"] != dtype for lit in literals) or dtype not in FOLDED_TYPES:
+        return eqn
+    value = FOLDED[eqn["op"]](*(np.array(lit["lit"], dtype) for lit in literals))
+    return {"lit": float(value), "dtype": dtype} if np.isfinite(value) else eqn
+
+
+def _moved(eqn: Eqn, made: Eqn | None, shape: Shape) -> str | Eqn:
+    """A transpose, broadcast or reshape of the same op as one, and none where it changes nothing."""
+    op, params = eqn["op"], eqn["params"]
+    if made is not None and made.get("op") == op:
+        inner = made["params"]
+        if op == "transpose":
+            params = {**params, "permutation": [inner["permutation"][p] for p in params["permutation"]]}
+        elif op == "broadcast_in_dim":
+            params = {**params, "broadcast_dimensions": [params["broadcast_dimensions"][d]
+                                                         for d in inner["broadcast_dimensions"]]}
+        elif params.get("dimensions") or inner.get("dimensions"):
+            return eqn  # a reshape that transposes first
+        eqn = {**eqn, "in": made["in"], "params": params}
+    operand = eqn["in"][0]
+    if not isinstance(operand, str) or tuple(shape(operand)) != tuple(eqn["out"][0]["shape"]):
+        return eqn
+    unmoved = {"transpose": lambda: list(params["permutation"]) == sorted(params["permutation"]),
+               "broadcast_in_dim": lambda: list(params["broadcast_dimensions"]) == list(range(len(shape(operand)))),
+               "reshape": lambda: not params.get("dimensions")}
+    return operand if unmoved[op]() else eqn
+
+
+def _reciprocal_scale(eqn: Eqn, form: Form) -> Eqn:
+    """x / 2^k as x * 2^-k, for a float literal 2^k in range; any other division as it is."""
+    divisor = _literal(eqn["in"][1], form)
+    if divisor is None or divisor["dtype"] not in FOLDED_TYPES | {"bfloat16"}:
+        return eqn
+    value = float(divisor["lit"])
+    mantissa, exponent = math.frexp(abs(value)) if value else (0.0, 0)
+    if mantissa != 0.5 or abs(exponent - 1) > POWER_OF_TWO_RANGE:
+        return eqn
+    return {**eqn, "op": "mul", "in": [eqn["in"][0], {**divisor, "lit": 1.0 / value}], "params": {}}
+
+
+def carried_dims(eqn: Eqn, shape: Shape) -> Mapping[int, Mapping[int, int]]:
+    """Per operand position: operand dimension -> the output dimension it is carried to, where each
+    output index along it depends on that operand's index alone (none for ops not listed)."""
+    params = eqn.get("params") or {}
+    if eqn["op"] == "dot_general":
+        (contract_l, contract_r), (batch_l, batch_r) = params["dimension_numbers"]
+        ranks = [len(shape(eqn["in"][0])), len(shape(eqn["in"][1]))]
+        free = [[d for d in range(ranks[0]) if d not in (*contract_l, *batch_l)],
+                [d for d in range(ranks[1]) if d not in (*contract_r, *batch_r)]]
+        first = [len(batch_l), len(batch_l) + len(free[0])]  # output: batch, lhs free, rhs free
+        return {side: {d: first[side] + k for k, d in enumerate(free[side])} for side in (0, 1)}
+    if eqn["op"] == "conv_general_dilated":
+        if params.get("feature_group_count", 1) != 1 or params.get("batch_group_count", 1) != 1:
+            return {}  # grouped: an output feature reads one group of the input features
+        specs = params["dimension_numbers"]["fields"]
+        return {0: {specs["lhs_spec"][0]: specs["out_spec"][0]}, 1: {specs["rhs_spec"][0]: specs["out_spec"][1]}}
+    return {}
+
+
+def _part(slice_eqn: Eqn, concat: Eqn, out_dim: int, shape: Shape) -> str | None:
+    """The concatenation's operand that `slice_eqn` selects along `out_dim` (whole along every
+    other dimension, unit strides), if it selects exactly one operand's part."""
+    params = slice_eqn["params"]
+    start, limit, whole = params["start_indices"], params["limit_indices"], shape(slice_eqn["in"][0])
+    if any(s != 1 for s in params.get("strides") or []):
+        return None
+    if any((start[d], limit[d]) != (0, whole[d]) for d in range(len(whole)) if d != out_dim):
+        return None
+    axis, offset = concat["params"]["dimension"], 0
+    for operand in concat["in"]:
+        size = shape(operand)[axis]
+        if (start[out_dim], limit[out_dim]) == (offset, offset + size):
+            return operand if isinstance(operand, str) else None
+        offset += size
+    return None
+
+
+def _selected_part(slice_eqn: Eqn, made: Eqn, form: Form, shape: Shape, real: bool) -> str | Eqn | None:
+    """What a slice of `made` equals when it selects one operand's part of a concatenation."""
+    if made["op"] == "concatenate":
+        return _part(slice_eqn, made, made["params"]["dimension"], shape)
+    if not real:
+        return None
+    for position, dims in carried_dims(made, shape).items():
+        operand = made["in"][position]
+        concat = form(operand) if isinstance(operand, str) else None
+        if concat is None or concat["op"] != "concatenate" or concat["params"]["dimension"] not in dims:
+            continue
+        part = _part(slice_eqn, concat, dims[concat["params"]["dimension"]], shape)
+        if part is not None:
+            operands = list(made["in"])
+            operands[position] = part
+            return {**made, "in": operands, "out": slice_eqn["out"]}
+    return None
