@@ -52,7 +52,8 @@ class _Numbered:
             self.key[c["name"]] = intern(("const", c["dtype"], tuple(c["shape"]), c["data"]))
             self.aval[c["name"]] = (tuple(c["shape"]), c["dtype"])
         self.signature = []  # per equation: everything but its variable operands
-        self.form: dict[str, dict[str, Any]] = {}  # value -> the equation it is numbered as
+        self.form: dict[str, dict[str, Any]] = {}  # value -> the equation (or literal) it is numbered as
+        self.output: dict[str, int] = {}  # value -> which output of its form it is
         for i, e in enumerate(program["eqns"]):
             self.signature.append(self._signature(e))
             for j, o in enumerate(e["out"]):
@@ -62,11 +63,11 @@ class _Numbered:
                 if isinstance(normal, str):
                     self.key[o["name"]] = self.key[normal]
                     if normal in self.form:
-                        self.form[o["name"]] = self.form[normal]
+                        self.form[o["name"]], self.output[o["name"]] = self.form[normal], self.output[normal]
                 else:
                     self.key[o["name"]] = intern(("lit", _canon(normal)) if is_literal(normal)
                                                  else self._identity(normal, j))
-                    self.form[o["name"]] = normal
+                    self.form[o["name"]], self.output[o["name"]] = normal, j
                 self.producer[o["name"]] = (i, j)
         self.by_key = {}
         for name, key in self.key.items():
@@ -78,11 +79,17 @@ class _Numbered:
         return (e["op"], _canon(e.get("params") or {}), tuple(None if isinstance(a, str) else _canon(a) for a in e["in"]),
                 tuple((tuple(o["shape"]), o["dtype"]) for o in e["out"]))
 
+    def literal(self, operand: Any) -> str | None:
+        """A literal operand, or a value folded to one, as canonical text; None for other values."""
+        if isinstance(operand, str):
+            operand = self.form.get(operand)
+            return _canon(operand) if is_literal(operand) else None
+        return _canon(operand)
+
     def _identity(self, e: dict[str, Any], j: int) -> tuple:
         """What numbers output `j` of `e`: its op, params and output types, and its operands (numbers
         of values, literals as written), unordered where the op's operands are."""
-        literal = lambda a: a if not isinstance(a, str) else self.form.get(a) if is_literal(self.form.get(a)) else None
-        operands = [(0, self.key[a]) if literal(a) is None else (1, _canon(literal(a))) for a in e["in"]]
+        operands = [(0, self.key[a]) if self.literal(a) is None else (1, self.literal(a)) for a in e["in"]]
         if e["op"] in UNORDERED:
             operands.sort()
         return (e["op"], _canon(e.get("params") or {}), tuple((tuple(o["shape"]), o["dtype"]) for o in e["out"]),
@@ -137,16 +144,28 @@ class _NoPlan(Exception):
     """The two programs do not correspond closely enough for a region check."""
 
 
-def _operand_pairs(eo: dict, ep: dict, o_num: _Numbered, p_num: _Numbered) -> list[tuple[str, str]] | None:
-    """Operand pairs of two equations with the same signature, None where their types differ;
-    a commutative op's operands are swapped when that pairs more identical structures."""
-    ins_o, ins_p = list(eo["in"]), list(ep["in"])
-    swappable = COMMUTATIVE if p_num.real else UNORDERED
-    if eo["op"] in swappable and len(ins_o) == 2 and all(isinstance(a, str) for a in ins_o + ins_p):
+def _operand_pairs(o: str, p: str, o_num: _Numbered, p_num: _Numbered) -> list[tuple[str, str]] | None:
+    """The operand pairs of two values' normal forms where those are the same op, params, output and
+    literal operands, None where they differ (or an operand pair's types do); a commutative op's
+    operands are swapped when that pairs more identical structures."""
+    eo, ep = o_num.form.get(o), p_num.form.get(p)
+    if eo is None or ep is None or is_literal(eo) or is_literal(ep) or o_num.output[o] != p_num.output[p]:
+        return None
+    if (eo["op"], _canon(eo.get("params") or {}), [(x["shape"], x["dtype"]) for x in eo["out"]]) != \
+            (ep["op"], _canon(ep.get("params") or {}), [(x["shape"], x["dtype"]) for x in ep["out"]]):
+        return None
+    literals_o, literals_p = [o_num.literal(a) for a in eo["in"]], [p_num.literal(a) for a in ep["in"]]
+    ins_o = [a for a, lit in zip(eo["in"], literals_o) if lit is None]
+    ins_p = [a for a, lit in zip(ep["in"], literals_p) if lit is None]
+    if eo["op"] in (COMMUTATIVE if p_num.real else UNORDERED) and len(eo["in"]) == len(ep["in"]) == 2:
+        if sorted(filter(None, literals_o)) != sorted(filter(None, literals_p)) or len(ins_o) != len(ins_p):
+            return None
         alike = lambda a, b: o_num.key[a] == p_num.key[b] or o_num.structure(a, 3) == p_num.structure(b, 3)
-        if sum(map(alike, ins_o, ins_p[::-1])) > sum(map(alike, ins_o, ins_p)):
+        if len(ins_o) == 2 and sum(map(alike, ins_o, ins_p[::-1])) > sum(map(alike, ins_o, ins_p)):
             ins_p.reverse()
-    kids = [(a, b) for a, b in zip(ins_o, ins_p) if isinstance(a, str)]
+    elif literals_o != literals_p:
+        return None
+    kids = list(zip(ins_o, ins_p))
     return kids if all(o_num.aval[a] == p_num.aval[b] for a, b in kids) else None
 
 
@@ -190,10 +209,7 @@ def find_regions(original: dict[str, Any], optimized: dict[str, Any], table: Val
                 continue
             if o_num.aval[o] != p_num.aval[p]:
                 raise _NoPlan
-            (eo, jo), (ep, jp) = o_num.producer.get(o, (None, 0)), p_num.producer.get(p, (None, 0))
-            kids = None
-            if eo is not None and ep is not None and jo == jp and o_num.signature[eo] == p_num.signature[ep]:
-                kids = _operand_pairs(original["eqns"][eo], optimized["eqns"][ep], o_num, p_num)
+            kids = _operand_pairs(o, p, o_num, p_num)
             if kids is None:
                 roots.append((o, p))
             else:
