@@ -7,10 +7,13 @@ hold in real arithmetic and apply only to `real` numberings.
 - data movement: a slice selecting one operand's part of a concatenation is that operand; a
   transpose of a transpose, a broadcast of a broadcast and a reshape of a reshape are one (none
   where it changes nothing); stop_gradient and copy are their operand;
-- arithmetic: `add`, `sub`, `mul` and `neg` of float literals are the literal they round to, in
-  their own type (float16, 32 or 64); x / 2^k is x * 2^-k (both are the correctly rounded
-  x * 2^-k); operands of `add`, `mul`, `and`, `or`, `xor`, `eq`, `ne` are unordered (`max`/`min`
-  may order signed zeros);
+- arithmetic: `add`, `sub`, `mul` and `neg` of float literals are the literal they round to in
+  their own type (float16, 32 or 64), and in `real` numberings the literal their float64 result
+  is (what the real-arithmetic check computes); x / 2^k is x * 2^-k (both are the correctly
+  rounded x * 2^-k); operands of `and`, `or`, `xor`, `eq`, `ne`, integer `add` and non-complex
+  `mul` are unordered, and in `real` numberings of every `add`, `mul`, `max`, `min` (bit for bit,
+  XLA fuses a float add with one of its products into an FMA by their order, a complex product
+  rounds by it, and `max`/`min` may pick either signed zero);
 - real: a slice of a GEMM or convolution over a concatenation, along a dimension the op carries to
   its output unmixed (a GEMM's free dimension, a convolution's output features or batch), is the
   op over the selected part: a merged GEMM's slices are the GEMMs they replace.
@@ -26,7 +29,8 @@ Eqn = dict[str, Any]  # an equation; a literal is a dict with "lit" and "dtype"
 Form = Callable[[str], Eqn | None]  # a value's normal form: an equation, a literal, None for an input
 Shape = Callable[[Any], tuple[int, ...]]  # an operand's shape (a literal's: ())
 
-UNORDERED = frozenset(["add", "mul", "and", "or", "xor", "eq", "ne"])
+ALWAYS_UNORDERED = frozenset(["and", "or", "xor", "eq", "ne"])
+REAL_UNORDERED = ALWAYS_UNORDERED | {"add", "mul", "max", "min"}
 IDENTITIES = frozenset(["stop_gradient", "copy"])
 FOLDED = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "neg": np.negative}
 FOLDED_TYPES = frozenset(["float16", "float32", "float64"])  # NumPy rounds these as IEEE does, once
@@ -37,14 +41,24 @@ def is_literal(value: Any) -> bool:
     return isinstance(value, dict) and "lit" in value
 
 
+def unordered(eqn: Eqn, real: bool) -> bool:
+    """Whether the equation's result is the same for its operands in any order (see above)."""
+    op, dtype = eqn["op"], eqn["out"][0]["dtype"] if eqn["out"] else ""
+    if op in ALWAYS_UNORDERED or (real and op in REAL_UNORDERED):
+        return True
+    return (op == "mul" and not dtype.startswith("complex")) or \
+        (op == "add" and not dtype.startswith(("float", "bfloat", "complex")))
+
+
 def normal_form(eqn: Eqn, form: Form, shape: Shape, real: bool) -> str | Eqn:
     """The operand `eqn` equals, or the equation (or literal) its single output is numbered as."""
     op, source = eqn["op"], eqn["in"][0] if eqn["in"] else None
     made = form(source) if isinstance(source, str) else None
+    made = None if is_literal(made) else made  # a value folded to a literal moves nowhere
     if op in IDENTITIES and isinstance(source, str):
         return source
     if op in FOLDED:
-        return _folded(eqn, form)
+        return _folded(eqn, form, real)
     if op in ("transpose", "broadcast_in_dim", "reshape"):
         return _moved(eqn, made, shape)
     if op == "div":
@@ -62,13 +76,14 @@ def _literal(operand: Any, form: Form) -> Eqn | None:
     return value if is_literal(value) else None
 
 
-def _folded(eqn: Eqn, form: Form) -> Eqn:
-    """Arithmetic on literals of one float type as the literal it rounds to in that type."""
+def _folded(eqn: Eqn, form: Form, real: bool) -> Eqn:
+    """Arithmetic on literals of one float type as the literal it is: rounded to that type, or
+    (`real`) in float64, as the real-arithmetic check evaluates literals."""
     literals = [_literal(a, form) for a in eqn["in"]]
     dtype = eqn["out"][0]["dtype"]
     if any(lit is None or lit["dtype"] != dtype for lit in literals) or dtype not in FOLDED_TYPES:
         return eqn
-    value = FOLDED[eqn["op"]](*(np.array(lit["lit"], dtype) for lit in literals))
+    value = FOLDED[eqn["op"]](*(np.array(lit["lit"], "float64" if real else dtype) for lit in literals))
     return {"lit": float(value), "dtype": dtype} if np.isfinite(value) else eqn
 
 
@@ -152,7 +167,7 @@ def _selected_part(slice_eqn: Eqn, made: Eqn, form: Form, shape: Shape, real: bo
     for position, dims in carried_dims(made, shape).items():
         operand = made["in"][position]
         concat = form(operand) if isinstance(operand, str) else None
-        if concat is None or concat["op"] != "concatenate" or concat["params"]["dimension"] not in dims:
+        if concat is None or concat.get("op") != "concatenate" or concat["params"]["dimension"] not in dims:
             continue
         part = _part(slice_eqn, concat, dims[concat["params"]["dimension"]], shape)
         if part is not None:

@@ -9,12 +9,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from lowering.normal_forms import UNORDERED, is_literal, normal_form
+from lowering.normal_forms import is_literal, normal_form, unordered
+from wire.primitives import deterministic
 
 # Levels of operands hashed to recognise "the same value" across programs, deepest first: deep
 # hashes rarely collide, shallow ones still match just above a rewritten spot.
 STRUCTURE_DEPTHS = (6, 4, 3, 2)
-COMMUTATIVE = UNORDERED | {"max", "min"}  # in real arithmetic; bit for bit, max/min may order signed zeros
+COMMUTATIVE = frozenset(["add", "mul", "max", "min", "and", "or", "xor", "eq", "ne"])  # operand structure hashes
 
 
 def _canon(x: Any) -> str:
@@ -54,11 +55,14 @@ class _Numbered:
         self.signature = []  # per equation: everything but its variable operands
         self.form: dict[str, dict[str, Any]] = {}  # value -> the equation (or literal) it is numbered as
         self.output: dict[str, int] = {}  # value -> which output of its form it is
+        repeats: dict[tuple, itertools.count] = {}
         for i, e in enumerate(program["eqns"]):
             self.signature.append(self._signature(e))
             for j, o in enumerate(e["out"]):
                 self.aval[o["name"]] = (tuple(o["shape"]), o["dtype"])
             normal = normal_form(e, self.form.get, self._shape, table.real) if len(e["out"]) == 1 else e
+            # the n-th of alike equations that need not compute alike (two random draws): numbered apart
+            drawn = () if deterministic(e) else (repeats.setdefault(self._identity(e, -1), itertools.count()).__next__(),)
             for j, o in enumerate(e["out"]):
                 if isinstance(normal, str):
                     self.key[o["name"]] = self.key[normal]
@@ -66,7 +70,7 @@ class _Numbered:
                         self.form[o["name"]], self.output[o["name"]] = self.form[normal], self.output[normal]
                 else:
                     self.key[o["name"]] = intern(("lit", _canon(normal)) if is_literal(normal)
-                                                 else self._identity(normal, j))
+                                                 else self._identity(normal, j) + drawn)
                     self.form[o["name"]], self.output[o["name"]] = normal, j
                 self.producer[o["name"]] = (i, j)
         self.by_key = {}
@@ -90,7 +94,7 @@ class _Numbered:
         """What numbers output `j` of `e`: its op, params and output types, and its operands (numbers
         of values, literals as written), unordered where the op's operands are."""
         operands = [(0, self.key[a]) if self.literal(a) is None else (1, self.literal(a)) for a in e["in"]]
-        if e["op"] in UNORDERED:
+        if unordered(e, self.real):
             operands.sort()
         return (e["op"], _canon(e.get("params") or {}), tuple((tuple(o["shape"]), o["dtype"]) for o in e["out"]),
                 tuple(operands), j)
@@ -151,13 +155,15 @@ def _operand_pairs(o: str, p: str, o_num: _Numbered, p_num: _Numbered) -> list[t
     eo, ep = o_num.form.get(o), p_num.form.get(p)
     if eo is None or ep is None or is_literal(eo) or is_literal(ep) or o_num.output[o] != p_num.output[p]:
         return None
+    if not deterministic(eo):  # alike operands need not make alike values
+        return None
     if (eo["op"], _canon(eo.get("params") or {}), [(x["shape"], x["dtype"]) for x in eo["out"]]) != \
             (ep["op"], _canon(ep.get("params") or {}), [(x["shape"], x["dtype"]) for x in ep["out"]]):
         return None
     literals_o, literals_p = [o_num.literal(a) for a in eo["in"]], [p_num.literal(a) for a in ep["in"]]
     ins_o = [a for a, lit in zip(eo["in"], literals_o) if lit is None]
     ins_p = [a for a, lit in zip(ep["in"], literals_p) if lit is None]
-    if eo["op"] in (COMMUTATIVE if p_num.real else UNORDERED) and len(eo["in"]) == len(ep["in"]) == 2:
+    if unordered(eo, p_num.real) and len(eo["in"]) == len(ep["in"]) == 2:
         if sorted(filter(None, literals_o)) != sorted(filter(None, literals_p)) or len(ins_o) != len(ins_p):
             return None
         alike = lambda a, b: o_num.key[a] == p_num.key[b] or o_num.structure(a, 3) == p_num.structure(b, 3)

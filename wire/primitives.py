@@ -127,6 +127,13 @@ def nested_programs(eqn: dict) -> Iterator[dict]:
         yield from (branch["program"] for branch in held) if isinstance(held, list) else [held["program"]]
 
 
+def deterministic(eqn: dict) -> bool:
+    """Whether the equation's outputs are a function of its operands: a primitive of the table whose
+    nested programs are deterministic too (one it does not know may draw random numbers or call
+    the host, so two alike are not one value)."""
+    return eqn["op"] in PRIMITIVES and all(deterministic(e) for body in nested_programs(eqn) for e in body["eqns"])
+
+
 def const_operands(eqn: dict) -> dict[str, tuple[int, int]]:
     """Per body of a loop (scan, while): (index of its first loop-invariant const among the
     equation's operands, how many); a while's condition consts come before its body's. Empty for

@@ -147,6 +147,64 @@ def test_operands_of_a_commutative_op_are_unordered_and_of_others_are_not():
     assert find_regions(*swapped, ValueTable(real=True)).regions == []
 
 
+def test_a_float_sum_of_products_keeps_its_order_bit_for_bit():
+    # XLA fuses the add with one of its products into an FMA, chosen by operand order: swapped, the
+    # results differ in the last bit, so only a real-arithmetic numbering takes them as one value
+    args = [_normal(1000) for _ in range(4)]
+    original = capture(lambda a, b, c, d: a * b + c * d, *args)
+    swapped = capture(lambda a, b, c, d: c * d + a * b, *args)
+    assert find_regions(original, swapped, ValueTable(real=False)).regions != []
+    assert validate(original, swapped, "exact")["status"] == "failed"
+    assert validate(original, swapped, "real")["status"] == "identical"
+    ints = [np.arange(12, dtype=np.int32) * k for k in range(1, 5)]
+    assert _exact_verdict(lambda a, b, c, d: a * b + c * d, lambda a, b, c, d: d * c + b * a, *ints) == "identical"
+
+
+def test_a_complex_product_keeps_its_order_bit_for_bit():
+    z = (_normal(1000) + 1j * _normal(1000)).astype(np.complex64), (_normal(1000) + 1j * _normal(1000)).astype(np.complex64)
+    assert find_regions(capture(jnp.multiply, *z), capture(lambda a, b: b * a, *z), ValueTable(real=False)).regions
+
+
+def test_two_random_draws_alike_are_not_one_value():
+    x = np.ones(4, np.float32)
+    draw = lambda: jax.lax.rng_uniform(np.float32(0), np.float32(1), (4,))
+    original = capture(lambda a: (a + draw(), a + draw()), x)
+    one_draw = {**original, "eqns": original["eqns"][:2], "outputs": [original["outputs"][0]] * 2}
+    for mode in ("exact", "real"):
+        assert validate(original, original, mode)["status"] == "identical"
+        assert validate(original, one_draw, mode)["status"] not in ("identical", "passed")
+
+
+def _scaled_by(*eqns):
+    """x times a scalar that `eqns` compute from float32 literals into `s`, broadcast."""
+    scalar = lambda name: [{"name": name, "shape": [], "dtype": "float32"}]
+    vector = lambda name: [{"name": name, "shape": [4], "dtype": "float32"}]
+    return {"format": "optu.jaxpr/v1", "inputs": [{"name": "x", "shape": [4], "dtype": "float32"}], "consts": [],
+            "eqns": [*({**e, "out": scalar(e["out"])} for e in eqns),
+                     {"op": "broadcast_in_dim", "in": ["s"], "out": vector("b"),
+                      "params": {"shape": [4], "broadcast_dimensions": [], "sharding": None}},
+                     {"op": "mul", "in": ["x", "b"], "out": vector("y"), "params": {}}],
+            "outputs": ["y"]}
+
+
+def test_literal_arithmetic_folds_as_each_mode_evaluates_it():
+    # (1 + 2^-24) - 1 is 0 in float32 and 2^-24 in real arithmetic
+    lit = lambda v: {"lit": v, "dtype": "float32"}
+    original = _scaled_by({"op": "add", "in": [lit(1.0), lit(2.0 ** -24)], "out": "a", "params": {}},
+                          {"op": "sub", "in": ["a", lit(1.0)], "out": "s", "params": {}})
+    zero = _scaled_by({"op": "mul", "in": [lit(0.0), lit(1.0)], "out": "s", "params": {}})
+    assert validate(original, zero, "exact")["status"] == "identical"
+    assert validate(original, zero, "real")["status"] == "failed"
+
+
+def test_a_slice_of_a_folded_literal_is_numbered_as_written():
+    lit = lambda v: {"lit": v, "dtype": "float32"}
+    program = _scaled_by({"op": "add", "in": [lit(1.0), lit(2.0)], "out": "a", "params": {}},
+                         {"op": "slice", "in": ["a"], "out": "s",
+                          "params": {"start_indices": [], "limit_indices": [], "strides": None}})
+    assert validate(program, program, "exact")["status"] == "identical"
+
+
 def test_composed_data_movement_is_one_move_and_no_move_where_it_cancels():
     x = _normal(2, 3, 4)
     twice = lambda a: jnp.tanh(jnp.transpose(jnp.transpose(a, (1, 2, 0)), (2, 1, 0)))
