@@ -55,7 +55,7 @@ def region_validate(original: dict[str, Any], optimized: dict[str, Any], plan: R
     """One jitted call per draw runs the original only as far as the regions need and each region
     on the values the original feeds it (one compile for all: XLA's fixed cost per module is
     larger than a small region's); each region's results are compared with the original's
-    values there. Regions that are the same check (`check_key`) run once: the earliest of them.
+    values there. Regions that are the same check (`check_key`) run once.
     A check in `memory` (an earlier candidate's, on the same draws) is not run again, and the
     values earlier checks showed equal to original values bound the regions (`CheckMemory.plan`);
     what passes here is remembered."""

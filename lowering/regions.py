@@ -314,9 +314,11 @@ def cone(program: dict[str, Any], outputs: list[str], fed: list[str] = (),
 
 def check_key(original: dict[str, Any], optimized: dict[str, Any], region: Region, plan: RegionPlan) -> str:
     """Regions with equal keys are the same check: the same optimized computation compared with the
-    same original computation, from the same kind of values (an encoder's layers, say)."""
+    same original computation, fed the same original values (a later candidate's region where an
+    earlier one's was). Alike regions at other places are other checks: what one place feeds them
+    shows nothing about what another does (an encoder's layers: one may see only negatives)."""
     return region_signature(region.subprogram(optimized, plan.numbered)) + \
-        region_signature(original_side(original, region, plan))
+        region_signature(original_side(original, region, plan)) + json.dumps([o for _, o in region.boundary])
 
 
 def original_side(original: dict[str, Any], region: Region, plan: RegionPlan) -> dict[str, Any]:
@@ -330,8 +332,7 @@ def original_side(original: dict[str, Any], region: Region, plan: RegionPlan) ->
 
 
 def distinct_checks(original: dict[str, Any], optimized: dict[str, Any], plan: RegionPlan) -> dict[str, Region]:
-    """The plan's regions by `check_key`, one per distinct check: the earliest of each kind, so the
-    original need run only that far."""
+    """The plan's regions by `check_key`, one per distinct check, in the order the original reaches them."""
     checks: dict[str, Region] = {}
     for region in sorted(plan.regions, key=lambda r: max(r.eqns, default=-1)):
         checks.setdefault(check_key(original, optimized, region, plan), region)

@@ -83,7 +83,7 @@ class Validation(_Open):
     tolerance: dict[str, float] = Field(default_factory=dict, description="allowed relative error per dtype")
     draws: list[Draw] | None = Field(None, description="each draw of inputs and what it showed")
     regions: int | None = Field(None, description="rewritten regions found (criterion regions)")
-    distinct_regions: int | None = Field(None, description="regions checked, one per distinct kind")
+    distinct_regions: int | None = Field(None, description="distinct region checks (a region fed the same values twice is one)")
     reused_regions: int | None = Field(None, description="of the distinct regions, those whose check passed "
                                                          "already on the same draws (an earlier candidate's)")
     reused_values: int | None = Field(None, description="values the regions start from that an earlier "

@@ -193,11 +193,23 @@ def _stack(merged: bool, layers: int = 3, order=(0, 1, 2), last_order=None, merg
     return capture(fn, *args)
 
 
-def test_only_the_rewritten_regions_run_once_per_distinct_region():
+def test_only_the_rewritten_regions_run_each_on_its_own_values():
     result = validate(_stack(False), _stack(True))
     assert result["status"] == "passed" and result["criterion"] == "regions"
-    assert result["regions"] == 3 and result["distinct_regions"] == 1
+    assert result["regions"] == 3 and result["distinct_regions"] == 3
     assert result["region_share"] < 0.6
+
+
+def test_alike_regions_fed_other_values_are_checked_apart():
+    # sqrt(v*v) -> v holds where v >= 0 only: the first place feeds it |a|, the second -|a|
+    a = np.linspace(-2, 2, 8).astype(np.float32)
+
+    def fn(rewritten: bool):
+        def f(a):
+            u = jnp.abs(a)
+            return (u * 1.0, -u * 1.0) if rewritten else (jnp.sqrt(u * u), jnp.sqrt(-u * -u))
+        return f
+    assert validate(capture(fn(False), a), capture(fn(True), a))["status"] == "failed"
 
 
 def test_a_region_unlike_the_ones_checked_for_the_other_layers_is_checked_too():
@@ -231,9 +243,9 @@ def test_a_failed_region_is_overruled_where_a_change_there_would_have_shown():
 
 
 def test_a_region_check_that_passed_on_the_same_draws_is_not_run_again():
-    # the last layer alone merged is the check the first layer's merge passed, on other values
+    # the last layer alone merged is the check the first candidate ran there, on the same values
     original, memory = _stack(False), CheckMemory.for_mode("real")
-    assert validate(original, _stack(True), memory=memory)["status"] == "passed" and len(memory.passed) == 1
+    assert validate(original, _stack(True), memory=memory)["status"] == "passed" and len(memory.passed) == 3
     again = validate(original, _stack(True, merged_from=2), memory=memory)
     assert again["status"] == "passed" and again["reused_regions"] == 1 and again["draws"] == []
     assert "reused_values" not in again
@@ -258,7 +270,7 @@ def test_reused_region_checks_never_pass_a_wrong_new_region():
     original, memory = _stack(False), CheckMemory.for_mode("real")
     validate(original, _stack(True), memory=memory)
     assert validate(original, _stack(True, last_order=(2, 1, 0)), memory=memory)["status"] == "failed"
-    assert len(memory.passed) == 1
+    assert len(memory.passed) == 3
 
 
 def test_regions_find_a_wrong_weight_a_whole_run_would_barely_see():
