@@ -16,7 +16,9 @@ hold in real arithmetic and apply only to `real` numberings.
   rounds by it, and `max`/`min` may pick either signed zero);
 - real: a slice of a GEMM or convolution over a concatenation, along a dimension the op carries to
   its output unmixed (a GEMM's free dimension, a convolution's output features or batch), is the
-  op over the selected part: a merged GEMM's slices are the GEMMs they replace.
+  op over the selected part: a merged GEMM's slices are the GEMMs they replace; a sum (product)
+  of sums (products) of one type is one sum (product) of all their terms, up to `MAX_TERMS`
+  (a residual added in another order).
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ REAL_UNORDERED = ALWAYS_UNORDERED | {"add", "mul", "max", "min"}
 IDENTITIES = frozenset(["stop_gradient", "copy"])
 FOLDED = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "neg": np.negative}
 FOLDED_TYPES = frozenset(["float16", "float32", "float64"])  # NumPy rounds these as IEEE does, once
+MAX_TERMS = 64  # a sum flattened further would make each of a long chain's partial sums as long
 POWER_OF_TWO_RANGE = 14  # 2^-14..2^14: normal numbers in every float type, float16 included
 
 
@@ -58,7 +61,8 @@ def normal_form(eqn: Eqn, form: Form, shape: Shape, real: bool) -> str | Eqn:
     if op in IDENTITIES and isinstance(source, str):
         return source
     if op in FOLDED:
-        return _folded(eqn, form, real)
+        folded = _folded(eqn, form, real)
+        return _flattened(folded, form) if real and op in ("add", "mul") and not is_literal(folded) else folded
     if op in ("transpose", "broadcast_in_dim", "reshape"):
         return _moved(eqn, made, shape)
     if op == "div":
@@ -85,6 +89,19 @@ def _folded(eqn: Eqn, form: Form, real: bool) -> Eqn:
         return eqn
     value = FOLDED[eqn["op"]](*(np.array(lit["lit"], "float64" if real else dtype) for lit in literals))
     return {"lit": float(value), "dtype": dtype} if np.isfinite(value) else eqn
+
+
+def _flattened(eqn: Eqn, form: Form) -> Eqn:
+    """A sum (product) whose operands are sums (products) of the same type, as one over all their
+    terms: associative in real arithmetic."""
+    kind = lambda e: (e["op"], [(o["shape"], o["dtype"]) for o in e["out"]],
+                      {k: v for k, v in (e.get("params") or {}).items() if v is not None})
+    terms = []
+    for operand in eqn["in"]:
+        inner = form(operand) if isinstance(operand, str) else None
+        alike = inner is not None and not is_literal(inner) and kind(inner) == kind(eqn)
+        terms.extend(inner["in"] if alike else [operand])
+    return {**eqn, "in": terms} if len(terms) <= MAX_TERMS else eqn
 
 
 def _moved(eqn: Eqn, made: Eqn | None, shape: Shape) -> str | Eqn:

@@ -163,7 +163,9 @@ def _operand_pairs(o: str, p: str, o_num: _Numbered, p_num: _Numbered) -> list[t
     literals_o, literals_p = [o_num.literal(a) for a in eo["in"]], [p_num.literal(a) for a in ep["in"]]
     ins_o = [a for a, lit in zip(eo["in"], literals_o) if lit is None]
     ins_p = [a for a, lit in zip(ep["in"], literals_p) if lit is None]
-    if unordered(eo, p_num.real) and len(eo["in"]) == len(ep["in"]) == 2:
+    if len(eo["in"]) != len(ep["in"]) or (len(eo["in"]) > 2 and unordered(eo, p_num.real)):
+        return None  # terms of a flattened sum: which pairs with which is a guess
+    if unordered(eo, p_num.real) and len(eo["in"]) == 2:
         if sorted(filter(None, literals_o)) != sorted(filter(None, literals_p)) or len(ins_o) != len(ins_p):
             return None
         alike = lambda a, b: o_num.key[a] == p_num.key[b] or o_num.structure(a, 3) == p_num.structure(b, 3)

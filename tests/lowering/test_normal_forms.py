@@ -221,3 +221,20 @@ def test_composed_data_movement_is_one_move_and_no_move_where_it_cancels():
 def test_stop_gradient_is_its_operand():
     x = _normal(8, 16)
     assert _exact_verdict(lambda a: jnp.exp(jax.lax.stop_gradient(a)), jnp.exp, x) == "identical"
+
+
+def test_a_sum_added_in_another_order_is_one_sum_in_real_arithmetic_only():
+    # a residual stream: x + (attention + mlp) rewritten as (x + attention) + mlp
+    args = [_normal(8, 16) for _ in range(3)]
+    original = capture(lambda x, a, m: jnp.tanh(x + jnp.sin(a) * m + jnp.exp(m)), *args)
+    reassociated = capture(lambda x, a, m: jnp.tanh((jnp.exp(m) + x) + jnp.sin(a) * m), *args)
+    assert validate(original, reassociated, "real")["status"] == "identical"
+    assert find_regions(original, reassociated, ValueTable(real=False)).regions != []
+    wrong = capture(lambda x, a, m: jnp.tanh((jnp.exp(m) + x) + jnp.sin(a) * x), *args)
+    assert validate(original, wrong, "real")["status"] == "failed"
+
+
+def test_a_product_of_products_is_one_product_in_real_arithmetic():
+    args = [_normal(8, 16) for _ in range(3)]
+    assert validate(capture(lambda a, b, c: (a * b) * c, *args),
+                    capture(lambda a, b, c: a * (c * b), *args), "real")["status"] == "identical"

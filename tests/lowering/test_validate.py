@@ -227,18 +227,19 @@ def test_a_failed_region_the_whole_run_could_not_see_is_inconclusive():
     # y's doubling shows in its region, but y reaches the output scaled by 1e-20: the whole programs
     # agree, and a wrong value there would not show either
     x = np.ones((4, 8), np.float32)
-    original = capture(lambda a, b: a + 1e-20 * b, x, x)
-    result = validate(original, capture(lambda a, b: a + 1e-20 * (b * 2.0), x, x))
+    original = capture(lambda a, b: jnp.sin(jnp.cos(a)) + 1e-20 * b, x, x)
+    result = validate(original, capture(lambda a, b: jnp.sin(jnp.cos(a)) + 1e-20 * (b * 2.0), x, x))
     assert result["status"] == "inconclusive" and result["criterion"] == "regions"
     assert "cannot tell" in result["reason"]
 
 
 def test_a_failed_region_is_overruled_where_a_change_there_would_have_shown():
-    # value numbering pairs the candidate's tanh with the original's `b` here (a wrong guess): the
-    # region disagrees, but a change that size at `b` moves the outputs, and the whole programs agree
+    # value numbering pairs the candidate's tanh with the original's doubled tanh here (a wrong
+    # guess): the region disagrees, but a change that size there moves the outputs, and the whole
+    # programs agree
     x = np.ones((4, 8), np.float32)
-    original = capture(lambda a, b: jnp.tanh(a) * 2.0 + b, x, x)
-    result = validate(original, capture(lambda a, b: b + jnp.tanh(a) + jnp.tanh(a), x, x))
+    original = capture(lambda a, b: jnp.sin(jnp.cos(jnp.tanh(a) * 2.0 - b)), x, x)
+    result = validate(original, capture(lambda a, b: jnp.sin(jnp.cos(jnp.tanh(a) - (b - jnp.tanh(a)))), x, x))
     assert result["status"] == "passed" and "pairing was wrong" in result["reason"]
 
 
