@@ -27,8 +27,8 @@ def _canon(x: Any) -> str:
 class ValueTable:
     """Value numbers shared by every program numbered with it: identical computations (from the same
     inputs by position, the same consts), identical numbers; each equation is numbered by its
-    normal form (lowering/normal_forms.py), which sees through GEMMs and convolutions over a
-    concatenation only in `real` arithmetic. Safe to share between threads."""
+    normal form (lowering/normal_forms.py), whose identities of real arithmetic (a merged GEMM's
+    slices, sums in another order) apply only to a `real` table. Safe to share between threads."""
 
     def __init__(self, real: bool = False) -> None:
         self.real = real
