@@ -72,7 +72,7 @@ def normal_form(eqn: Eqn, form: Form, shape: Shape, real: bool) -> str | Eqn:
     return eqn
 
 
-def _literal(operand: Any, form: Form) -> Eqn | None:
+def literal_of(operand: Any, form: Form) -> Eqn | None:
     """A literal operand, or the literal a value was folded to."""
     if is_literal(operand):
         return operand
@@ -83,7 +83,7 @@ def _literal(operand: Any, form: Form) -> Eqn | None:
 def _folded(eqn: Eqn, form: Form, real: bool) -> Eqn:
     """Arithmetic on literals of one float type as the literal it is: rounded to that type, or
     (`real`) in float64, as the real-arithmetic check evaluates literals."""
-    literals = [_literal(a, form) for a in eqn["in"]]
+    literals = [literal_of(a, form) for a in eqn["in"]]
     dtype = eqn["out"][0]["dtype"]
     if any(lit is None or lit["dtype"] != dtype for lit in literals) or dtype not in FOLDED_TYPES:
         return eqn
@@ -128,7 +128,7 @@ def _moved(eqn: Eqn, made: Eqn | None, shape: Shape) -> str | Eqn:
 
 def _reciprocal_scale(eqn: Eqn, form: Form) -> Eqn:
     """x / 2^k as x * 2^-k, for a float literal 2^k in range; any other division as it is."""
-    divisor = _literal(eqn["in"][1], form)
+    divisor = literal_of(eqn["in"][1], form)
     if divisor is None or divisor["dtype"] not in FOLDED_TYPES | {"bfloat16"}:
         return eqn
     value = float(divisor["lit"])

@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from lowering.normal_forms import is_literal, normal_form, unordered
+from lowering.normal_forms import is_literal, literal_of, normal_form, unordered
 from wire.primitives import deterministic
 
 # Levels of operands hashed to recognise "the same value" across programs, deepest first: deep
@@ -85,15 +85,13 @@ class _Numbered:
 
     def literal(self, operand: Any) -> str | None:
         """A literal operand, or a value folded to one, as canonical text; None for other values."""
-        if isinstance(operand, str):
-            operand = self.form.get(operand)
-            return _canon(operand) if is_literal(operand) else None
-        return _canon(operand)
+        found = literal_of(operand, self.form.get)
+        return None if found is None else _canon(found)
 
     def _identity(self, e: dict[str, Any], j: int) -> tuple:
         """What numbers output `j` of `e`: its op, params and output types, and its operands (numbers
         of values, literals as written), unordered where the op's operands are."""
-        operands = [(0, self.key[a]) if self.literal(a) is None else (1, self.literal(a)) for a in e["in"]]
+        operands = [(0, self.key[a]) if lit is None else (1, lit) for a, lit in zip(e["in"], map(self.literal, e["in"]))]
         if unordered(e, self.real):
             operands.sort()
         return (e["op"], _canon(e.get("params") or {}), tuple((tuple(o["shape"]), o["dtype"]) for o in e["out"]),

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import jax
 
 from lowering.region_check import CheckMemory
-from lowering.regions import ValueTable, distinct_checks, find_regions
+from lowering.regions import distinct_checks, find_regions
 from lowering.validate import validate
 from lowering.validation_inputs import TRIALS, InputDraws
 
@@ -128,7 +128,7 @@ class BackgroundValidation:
 
     def result_for(self, candidate: dict[str, Any]) -> dict[str, Any]:
         started = self.algebraic is not None
-        plan = find_regions(self.algebraic, candidate, ValueTable(real=self.fp_mode == "real")) if started else None
+        plan = find_regions(self.algebraic, candidate, self.memory.table) if started else None
         if plan is not None and not plan.regions:
             return self.jobs[-1].result()
         self.checking.set()
