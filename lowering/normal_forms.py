@@ -1,8 +1,9 @@
 """What value numbering (lowering/regions.py) takes as the same computation beyond identical
 equations: each equation is numbered by its normal form, an operand it equals or an equation
 computing the same. Every identity here is exact in IEEE arithmetic, bit for bit, except those
-through a GEMM or convolution (a library GEMM may block, and so round, by its whole shape), which
-hold in real arithmetic and apply only to `real` numberings.
+said to hold in `real` numberings: identities of real arithmetic, which the real-arithmetic check
+(float64 evaluation) could not tell apart beyond its own rounding; those through a GEMM or
+convolution are among them, as a library GEMM may block, and so round, by its whole shape.
 
 - data movement: a slice selecting one operand's part of a concatenation is that operand; a
   transpose of a transpose, a broadcast of a broadcast and a reshape of a reshape are one (none
@@ -10,7 +11,8 @@ hold in real arithmetic and apply only to `real` numberings.
 - arithmetic: `add`, `sub`, `mul` and `neg` of float literals are the literal they round to in
   their own type (float16, 32 or 64), and in `real` numberings the literal their float64 result
   is (what the real-arithmetic check computes); x / 2^k is x * 2^-k (both are the correctly
-  rounded x * 2^-k); operands of `and`, `or`, `xor`, `eq`, `ne`, integer `add` and non-complex
+  rounded x * 2^-k), and in `real` numberings x / c is x * (1/c) for any float literal c, 1/c
+  in float64 (what the real-arithmetic check computes); operands of `and`, `or`, `xor`, `eq`, `ne`, integer `add` and non-complex
   `mul` are unordered, and in `real` numberings of every `add`, `mul`, `max`, `min` (bit for bit,
   XLA fuses a float add with one of its products into an FMA by their order, a complex product
   rounds by it, and `max`/`min` may pick either signed zero);
@@ -66,7 +68,8 @@ def normal_form(eqn: Eqn, form: Form, shape: Shape, real: bool) -> str | Eqn:
     if op in ("transpose", "broadcast_in_dim", "reshape"):
         return _moved(eqn, made, shape)
     if op == "div":
-        return _reciprocal_scale(eqn, form)
+        scaled = _reciprocal_scale(eqn, form, real)
+        return _flattened(scaled, form) if real and scaled is not eqn else scaled
     if op == "slice" and made is not None:
         return _selected_part(eqn, made, form, shape, real) or eqn
     return eqn
@@ -126,14 +129,19 @@ def _moved(eqn: Eqn, made: Eqn | None, shape: Shape) -> str | Eqn:
     return operand if unmoved[op]() else eqn
 
 
-def _reciprocal_scale(eqn: Eqn, form: Form) -> Eqn:
-    """x / 2^k as x * 2^-k, for a float literal 2^k in range; any other division as it is."""
+def _reciprocal_scale(eqn: Eqn, form: Form, real: bool) -> Eqn:
+    """x / c as x * (1/c) for a float literal c: in `real` numberings any finite nonzero c, with
+    1/c in float64 (as the real-arithmetic check evaluates it), otherwise only c = 2^k in range,
+    whose reciprocal every float type holds exactly; any other division as it is."""
     divisor = literal_of(eqn["in"][1], form)
     if divisor is None or divisor["dtype"] not in FOLDED_TYPES | {"bfloat16"}:
         return eqn
     value = float(divisor["lit"])
     mantissa, exponent = math.frexp(abs(value)) if value else (0.0, 0)
-    if mantissa != 0.5 or abs(exponent - 1) > POWER_OF_TWO_RANGE:
+    if real:
+        if not value or not math.isfinite(value) or not math.isfinite(1.0 / value):
+            return eqn
+    elif mantissa != 0.5 or abs(exponent - 1) > POWER_OF_TWO_RANGE:
         return eqn
     return {**eqn, "op": "mul", "in": [eqn["in"][0], {**divisor, "lit": 1.0 / value}], "params": {}}
 

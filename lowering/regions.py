@@ -161,18 +161,49 @@ def _operand_pairs(o: str, p: str, o_num: _Numbered, p_num: _Numbered) -> list[t
     literals_o, literals_p = [o_num.literal(a) for a in eo["in"]], [p_num.literal(a) for a in ep["in"]]
     ins_o = [a for a, lit in zip(eo["in"], literals_o) if lit is None]
     ins_p = [a for a, lit in zip(ep["in"], literals_p) if lit is None]
-    if len(eo["in"]) != len(ep["in"]) or (len(eo["in"]) > 2 and unordered(eo, p_num.real)):
-        return None  # terms of a flattened sum: which pairs with which is a guess
-    if unordered(eo, p_num.real) and len(eo["in"]) == 2:
+    if len(eo["in"]) != len(ep["in"]):
+        return None
+    if unordered(eo, p_num.real):
         if sorted(filter(None, literals_o)) != sorted(filter(None, literals_p)) or len(ins_o) != len(ins_p):
             return None
         alike = lambda a, b: o_num.key[a] == p_num.key[b] or o_num.structure(a, 3) == p_num.structure(b, 3)
+        if len(ins_o) > 2:
+            kids = _matched_terms(ins_o, ins_p, o_num, p_num)
+            return kids if kids is not None and all(o_num.aval[a] == p_num.aval[b] for a, b in kids) else None
         if len(ins_o) == 2 and sum(map(alike, ins_o, ins_p[::-1])) > sum(map(alike, ins_o, ins_p)):
             ins_p.reverse()
     elif literals_o != literals_p:
         return None
     kids = list(zip(ins_o, ins_p))
     return kids if all(o_num.aval[a] == p_num.aval[b] for a, b in kids) else None
+
+
+def _matched_terms(terms_o: list[str], terms_p: list[str], o_num: _Numbered,
+                   p_num: _Numbered) -> list[tuple[str, str]] | None:
+    """The terms of two flattened sums (products) paired: identical values with each other, then
+    what is left where that is one term each, or where each left term's operand structure is
+    alike exactly one of the other side's; None where the pairing would be a guess. (A wrong
+    pair is not a wrong verdict, only a region check that fails: each pair is checked or numbered
+    equal, as a binary op's operands are.)"""
+    left = list(terms_p)
+    kids = []
+    for a in terms_o:
+        same = next((b for b in left if p_num.key[b] == o_num.key[a]), None)
+        if same is not None:
+            left.remove(same)
+            kids.append((a, same))
+    rest = list(terms_o)
+    for a, b in kids:
+        rest.remove(a)
+    if len(rest) <= 1:
+        return kids + list(zip(rest, left))
+    for a in rest:
+        alike = [b for b in left if o_num.structure(a, 3) == p_num.structure(b, 3)]
+        if len(alike) != 1:
+            return None
+        left.remove(alike[0])
+        kids.append((a, alike[0]))
+    return kids
 
 
 def find_regions(original: dict[str, Any], optimized: dict[str, Any], table: ValueTable | None = None,

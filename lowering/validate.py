@@ -1,8 +1,8 @@
 """Translation validation: the optimized program must compute what the original computes.
 
 Verdicts (`status`): `identical` (value numbering finds the same computation up to exact normal
-forms, and in `real` mode a merged GEMM's slices as the GEMMs they replace
-(lowering/normal_forms.py): nothing is run),
+forms, and in `real` mode identities of real arithmetic (lowering/normal_forms.py): nothing is
+run),
 `passed`, `failed`, `inconclusive` (the check could not tell, with the reason), and `skipped` (the
 caller turned validation off; set by the pipeline).
 
@@ -51,8 +51,10 @@ MAX_REGION_SHARE = 0.6  # beyond this share of the optimized program in regions,
 
 def identical() -> dict[str, Any]:
     return {"status": "identical", "max_rel_error": 0.0, "tolerance": {}, "trials": 0, "criterion": "identical",
-            "reason": "value numbering finds the same computation in both programs, up to exact normal forms "
-                      "(and in real mode a merged GEMM's slices as the GEMMs they replace); nothing was run"}
+            "reason": "value numbering finds the same computation in both programs, up to normal forms: exact "
+                      "ones, and in real mode identities of real arithmetic (sums and products in another order, "
+                      "division by a constant as multiplication by its reciprocal, a merged GEMM's slices as the "
+                      "GEMMs they replace); nothing was run"}
 
 
 def validate(original: dict[str, Any], optimized: dict[str, Any], fp_mode: str = "real",
