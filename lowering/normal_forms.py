@@ -20,14 +20,18 @@ convolution are among them, as a library GEMM may block, and so round, by its wh
   its output unmixed (a GEMM's free dimension, a convolution's output features or batch), is the
   op over the selected part: a merged GEMM's slices are the GEMMs they replace; a sum (product)
   of sums (products) of one type is one sum (product) of all their terms, up to `MAX_TERMS`
-  (a residual added in another order).
+  (a residual added in another order); a product of matrices whose factors are products of
+  matrices of the same type and precision is one chain of all their factors, in order, up to
+  `MAX_FACTORS` (a chain multiplied in another order).
 """
 from __future__ import annotations
 
+import json
 import math
 from typing import Any, Callable, Mapping
 
 import numpy as np
+from jax.numpy import finfo
 
 Eqn = dict[str, Any]  # an equation; a literal is a dict with "lit" and "dtype"
 Form = Callable[[str], Eqn | None]  # a value's normal form: an equation, a literal, None for an input
@@ -38,6 +42,8 @@ REAL_UNORDERED = ALWAYS_UNORDERED | {"add", "mul", "max", "min"}
 IDENTITIES = frozenset(["stop_gradient", "copy"])
 FOLDED = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "neg": np.negative}
 FOLDED_TYPES = frozenset(["float16", "float32", "float64"])  # NumPy rounds these as IEEE does, once
+MATRIX_PRODUCT = [[[1], [0]], [[], []]]  # a dot_general's dimension numbers: rows of one by columns of the other
+MAX_FACTORS = 256  # a chain of products is rarely longer; each partial product's form is as long as its chain
 MAX_TERMS = 64  # a sum flattened further would make each of a long chain's partial sums as long
 POWER_OF_TWO_RANGE = 14  # 2^-14..2^14: normal numbers in every float type, float16 included
 
@@ -70,6 +76,8 @@ def normal_form(eqn: Eqn, form: Form, shape: Shape, real: bool) -> str | Eqn:
     if op == "div":
         scaled = _reciprocal_scale(eqn, form, real)
         return _flattened(scaled, form) if real and scaled is not eqn else scaled
+    if op == "dot_general" and real:
+        return _chained(eqn, form, shape)
     if op == "slice" and made is not None:
         return _selected_part(eqn, made, form, shape, real) or eqn
     return eqn
@@ -107,6 +115,29 @@ def _flattened(eqn: Eqn, form: Form) -> Eqn:
     return {**eqn, "in": terms} if len(terms) <= MAX_TERMS else eqn
 
 
+def _is_matrix_product(eqn: Eqn, shape: Shape) -> bool:
+    dimensions = json.loads(json.dumps(eqn["params"]["dimension_numbers"]))  # tuples as lists
+    return dimensions == MATRIX_PRODUCT and len(eqn["out"][0]["shape"]) == 2 and \
+        all(isinstance(a, str) and len(shape(a)) == 2 for a in eqn["in"])
+
+
+def _chained(eqn: Eqn, form: Form, shape: Shape) -> Eqn:
+    """A product of matrices whose factors are products of matrices of the same type and
+    precision, as one product of all their factors in order (associative in real arithmetic), up
+    to `MAX_FACTORS`."""
+    kind = lambda e: (e["out"][0]["dtype"], {k: v for k, v in e["params"].items()
+                                             if v is not None and k != "dimension_numbers"})
+    if not _is_matrix_product(eqn, shape):
+        return eqn
+    factors = []
+    for operand in eqn["in"]:
+        inner = form(operand)
+        alike = inner is not None and inner.get("op") == "dot_general" and _is_matrix_product(inner, shape) \
+            and kind(inner) == kind(eqn)
+        factors.extend(inner["in"] if alike else [operand])
+    return {**eqn, "in": factors} if len(factors) <= MAX_FACTORS else eqn
+
+
 def _moved(eqn: Eqn, made: Eqn | None, shape: Shape) -> str | Eqn:
     """A transpose, broadcast or reshape of the same op as one, and none where it changes nothing."""
     op, params = eqn["op"], eqn["params"]
@@ -130,16 +161,20 @@ def _moved(eqn: Eqn, made: Eqn | None, shape: Shape) -> str | Eqn:
 
 
 def _reciprocal_scale(eqn: Eqn, form: Form, real: bool) -> Eqn:
-    """x / c as x * (1/c) for a float literal c: in `real` numberings any finite nonzero c, with
-    1/c in float64 (as the real-arithmetic check evaluates it), otherwise only c = 2^k in range,
-    whose reciprocal every float type holds exactly; any other division as it is."""
+    """x / c as x * (1/c) for a float literal c: in `real` numberings any c where c and 1/c are
+    normal numbers of its type (a subnormal divisor may be flushed to zero, a reciprocal out of
+    range does not fit), with 1/c in float64 (as the real-arithmetic check evaluates it);
+    otherwise only c = 2^k in range, whose reciprocal every float type holds exactly; any other
+    division as it is."""
     divisor = literal_of(eqn["in"][1], form)
     if divisor is None or divisor["dtype"] not in FOLDED_TYPES | {"bfloat16"}:
         return eqn
     value = float(divisor["lit"])
     mantissa, exponent = math.frexp(abs(value)) if value else (0.0, 0)
     if real:
-        if not value or not math.isfinite(value) or not math.isfinite(1.0 / value):
+        limits = finfo(divisor["dtype"])  # c and 1/c must be normal numbers of the type
+        normal = lambda v: float(limits.tiny) <= abs(v) <= float(limits.max)
+        if not normal(value) or not normal(1.0 / value):
             return eqn
     elif mantissa != 0.5 or abs(exponent - 1) > POWER_OF_TWO_RANGE:
         return eqn
@@ -150,13 +185,14 @@ def carried_dims(eqn: Eqn, shape: Shape) -> Mapping[int, Mapping[int, int]]:
     """Per operand position: operand dimension -> the output dimension it is carried to, where each
     output index along it depends on that operand's index alone (none for ops not listed)."""
     params = eqn.get("params") or {}
-    if eqn["op"] == "dot_general":
+    if eqn["op"] == "dot_general":  # of two operands, or a chain of matrix products (its first and last)
         (contract_l, contract_r), (batch_l, batch_r) = params["dimension_numbers"]
-        ranks = [len(shape(eqn["in"][0])), len(shape(eqn["in"][1]))]
+        sides = (0, len(eqn["in"]) - 1)
+        ranks = [len(shape(eqn["in"][side])) for side in sides]
         free = [[d for d in range(ranks[0]) if d not in (*contract_l, *batch_l)],
                 [d for d in range(ranks[1]) if d not in (*contract_r, *batch_r)]]
         first = [len(batch_l), len(batch_l) + len(free[0])]  # output: batch, lhs free, rhs free
-        return {side: {d: first[side] + k for k, d in enumerate(free[side])} for side in (0, 1)}
+        return {side: {d: first[k] + n for n, d in enumerate(free[k])} for k, side in enumerate(sides)}
     if eqn["op"] == "conv_general_dilated":
         if params.get("feature_group_count", 1) != 1 or params.get("batch_group_count", 1) != 1:
             return {}  # grouped: an output feature reads one group of the input features

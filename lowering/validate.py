@@ -53,8 +53,9 @@ def identical() -> dict[str, Any]:
     return {"status": "identical", "max_rel_error": 0.0, "tolerance": {}, "trials": 0, "criterion": "identical",
             "reason": "value numbering finds the same computation in both programs, up to normal forms: exact "
                       "ones, and in real mode identities of real arithmetic (sums and products in another order, "
-                      "division by a constant as multiplication by its reciprocal, a merged GEMM's slices as the "
-                      "GEMMs they replace); nothing was run"}
+                      "division by a constant as multiplication by its reciprocal, a chain of matrix products "
+                      "multiplied in another order, a merged GEMM's slices as the GEMMs they replace); nothing "
+                      "was run"}
 
 
 def validate(original: dict[str, Any], optimized: dict[str, Any], fp_mode: str = "real",

@@ -48,7 +48,9 @@ def test_quality_benchmark_reports_every_number_and_writes_its_files(tmp_path):
         assert "error" not in row, row.get("traceback")
         for point in ("naive", "baseline", "optimized"):
             assert row[point]["time_s"] > 0 and row[point]["energy_j"] > 0 and row[point]["hbm_bytes"] > 0
-        if row["model"] == "mlp2":  # returned as written: nothing beats the baseline's kernels
+        # mlp2 is returned as written (nothing beats the baseline's kernels); the chain in a new order is one
+        # chain of the same factors to value numbering; the unrolled rnn's hoisted projections are run to check
+        if row["model"] in ("mlp2", "matmul_chain"):
             assert row["validation"]["status"] == "identical" and row["validation"]["trials"] == 0
         else:
             assert row["validation"]["status"] == "passed" and row["validation"]["tolerance"]["float32"] > 0
@@ -73,9 +75,9 @@ def test_speed_benchmark_reports_each_family_its_growth_and_the_servers_memory(t
     assert groups == {"encoder, 1 layer", "encoder, 12 layers", "chain 6", "chain 12"}
     assert {r["key"].split()[0] for r in result["rows"] if r["group"].startswith("encoder")} == {"plain", "flax", "equinox"}
     assert all(r["estimate_s"] > 0 for r in result["rows"])
-    # chains are reassociated (a real-arithmetic rewrite, run to check); an encoder's merged projections
-    # and scalings by powers of two are the same computation to value numbering
-    assert all(r["validation"] == "passed" for r in result["rows"] if r["group"].startswith("chain"))
+    # a chain in a new order, an encoder's merged projections and its scalings are the same computation to
+    # value numbering in real arithmetic
+    assert all(r["validation"] == "identical" for r in result["rows"] if r["group"].startswith("chain"))
     assert all(r["validation"] in ("passed", "identical") for r in result["rows"])
     assert result["growth_exponent"]["layers"] is not None and result["growth_exponent"]["chain_length"] is not None
     assert result["unlimited"]["worst_ratio"] >= 1.0 - 1e-9  # default settings never beat an unlimited search
@@ -88,7 +90,7 @@ def test_time_limit_sweep_reports_each_limit_the_default_and_the_chains_ceiling(
     out = tmp_path / "time_limits.json"
     (chain,) = time_limits.main(["--models", "matmul_chain", "--limits", "0.1", "1", "--out", str(out), "--no-readme"])
     assert [p["time_limit_s"] for p in chain["points"]] == [0.1, 1.0, None]
-    assert all(p["validation"] == "passed" and p["estimate_s"] > 0 for p in chain["points"])
+    assert all(p["validation"] == "identical" and p["estimate_s"] > 0 for p in chain["points"])  # reordered chains
     assert chain["default_vs_best"] >= 1.0 and isinstance(chain["non_increasing"], bool)
     # the zoo chain is one chain: its ceiling is a program under the baseline's kernels, never above it
     baseline = chain["points"][-1]["estimate_s"] * chain["points"][-1]["speedup_vs_baseline"]

@@ -143,6 +143,17 @@ def test_division_by_another_number_is_its_reciprocal_in_real_arithmetic_only():
     assert validate(original, capture(lambda a: a * 0.33, x), "real")["status"] == "failed"
 
 
+@pytest.mark.parametrize("dtype, divisor", [("float32", 1e-40), ("float16", 1e-5), ("float32", 3e-39)])
+def test_a_subnormal_divisor_is_not_its_reciprocal(dtype, divisor):
+    # XLA may flush a subnormal divisor to zero (x / c is then x / 0), and 1/c may not fit the type
+    x = _normal(8, 16).astype(dtype)
+    original = capture(lambda a: jnp.tanh(a / jnp.array(divisor, dtype)), x)
+    held = original["eqns"][0]["in"][1]["lit"]
+    rewritten = capture(lambda a: jnp.tanh(a * jnp.array(2.0, dtype)), x)
+    rewritten["eqns"][0]["in"][1]["lit"] = 1.0 / held
+    assert find_regions(original, rewritten, ValueTable(real=True)).regions != []
+
+
 def test_a_scaled_product_is_one_product_whichever_factor_carries_the_scale():
     # a layer norm's (x - mean) * rsqrt(var) / n against the 1/n folded into another factor
     a, b = _normal(8, 16), _normal(8, 16)
@@ -291,3 +302,31 @@ def test_terms_of_a_sum_that_could_pair_either_way_are_checked_as_the_sum():
     assert any(original["eqns"][plan.original_numbered.producer[o][0]]["op"] == "add"
                for region in plan.regions for o, _ in region.roots)
     assert validate(original, swapped)["status"] in ("passed", "identical")
+
+
+def test_a_chain_of_matrix_products_in_another_order_is_one_chain_in_real_arithmetic_only():
+    a, b, c, d = _normal(8, 16), _normal(16, 4), _normal(4, 32), _normal(32, 8)
+    original = capture(lambda a, b, c, d: jnp.tanh(((a @ b) @ c) @ d), a, b, c, d)
+    regrouped = capture(lambda a, b, c, d: jnp.tanh(a @ ((b @ c) @ d)), a, b, c, d)
+    assert validate(original, regrouped)["status"] == "identical"
+    assert find_regions(original, regrouped, ValueTable(real=False)).regions != []
+    square = [_normal(8, 8) for _ in range(3)]
+    reordered = capture(lambda a, b, c: a @ (c @ b), *square)  # same factors, another order: another product
+    assert validate(capture(lambda a, b, c: (a @ b) @ c, *square), reordered)["status"] == "failed"
+
+
+def test_a_chain_of_products_of_other_precisions_is_not_one_chain():
+    a, b, c = _normal(8, 16), _normal(16, 4), _normal(4, 8)
+    highest = lambda x, y: jnp.matmul(x, y, precision="highest")
+    original = capture(lambda a, b, c: highest(a, b) @ c, a, b, c)
+    assert find_regions(original, capture(lambda a, b, c: a @ highest(b, c), a, b, c), ValueTable(real=True)).regions
+
+
+def test_a_merged_gemm_at_the_end_of_a_chain_is_the_gemms_it_replaces():
+    x, a, wq, wk = _normal(8, 16), _normal(16, 24), _normal(24, 8), _normal(24, 8)
+    original = capture(lambda x, a, wq, wk: jnp.tanh((x @ a) @ wq) * ((x @ a) @ wk), x, a, wq, wk)
+
+    def merged(x, a, wq, wk):
+        both = x @ (a @ jnp.concatenate([wq, wk], axis=1))
+        return jnp.tanh(both[:, :8]) * both[:, 8:]
+    assert validate(original, capture(merged, x, a, wq, wk))["status"] == "identical"

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 from wire_examples import projections, two_regions
 
-from bench.models.zoo import ZOO
 from lowering.validate import validate
 from lowering.validation_inputs import TRIALS, InputDraws, Stopped
 from service.optimizer.background_validation import BackgroundValidation, CollectionPause, Job
@@ -137,9 +136,11 @@ def test_a_stopped_check_raises_at_its_next_draw_and_leaves_the_shared_draws_usa
 
 
 def test_the_pipeline_validates_beside_fusion_and_under_the_callers_x64_mode():
-    fn, args = ZOO["matmul_chain"]()
-    response = optimize(capture(fn, *args))  # reordered: a different computation, validated
-    assert response["validation"]["status"] == "passed"
+    rng = np.random.default_rng(0)
+    x, w, v = (rng.normal(size=s).astype(np.float32) for s in [(64, 128), (128, 256), (256,)])
+    scaled = capture(lambda x, w, v: (x @ w) * v, x, w, v, weight_argnums=(1, 2))
+    response = optimize(scaled)  # the scale folded into the weight (x @ (w * v)): a different computation
+    assert response["program"] != scaled and response["validation"]["status"] == "passed"
     assert "validate_background" in response["report"]["timings_s"]
     with jax.enable_x64(True):  # the thread runs under the caller's JAX config, not its own default
         x, w, v = (np.full(s, 0.5) for s in [(1, 1), (1, 1), (1,)])

@@ -87,7 +87,7 @@ def test_matmul_chain_is_reassociated_where_the_cost_model_says_it_pays():
     shapes = [e["out"][0]["shape"] for e in response["program"]["eqns"]]
     assert [16, 16] in shapes and [1024, 1024] not in shapes
     assert response["estimate"]["speedup_vs_baseline"] > 2
-    assert response["validation"]["status"] == "passed"
+    assert response["validation"]["status"] == "identical"  # value numbering: one chain of the same factors
 
 
 def test_weight_only_matmul_chain_is_precomputed_once():
