@@ -3,6 +3,8 @@ compiles of the pipeline's own helpers, egglog's first rulesets and the cost tab
 start, so a server's first request is as fast as its tenth."""
 from __future__ import annotations
 
+import gc
+
 import jax
 import jax.numpy as jnp
 
@@ -32,3 +34,11 @@ def warm_up(optimize) -> None:
     program = warm_up_program()
     for _ in range(2):
         optimize(program, None, None)
+
+
+def settle_start_up_heap() -> None:
+    """Collect once, then move what start-up made out of the collector's sight: the imports, the
+    kept e-graphs and JAX's caches live as long as the worker, and a full collection walking
+    them cost 0.17 s, once every few requests, inside whichever request it fell in."""
+    gc.collect()
+    gc.freeze()

@@ -28,7 +28,7 @@ from costmodel.profile import HardwareProfile
 from service.optimizer import pipeline
 from service.optimizer.options import OptimizeOptions
 from service.optimizer.progress import Listener, listening
-from service.optimizer.warm_up import warm_up
+from service.optimizer.warm_up import settle_start_up_heap, warm_up
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +116,7 @@ def _worker_main(conn) -> None:
         warm_up(pipeline.optimize)
     except Exception:  # a cold worker still serves; the failure will show in its first request too
         log.exception("worker warm-up failed")
+    settle_start_up_heap()
     conn.send(("ready", os.getpid()))
     while True:
         try:
