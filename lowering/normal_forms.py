@@ -36,6 +36,7 @@ from jax.numpy import finfo
 Eqn = dict[str, Any]  # an equation; a literal is a dict with "lit" and "dtype"
 Form = Callable[[str], Eqn | None]  # a value's normal form: an equation, a literal, None for an input
 Shape = Callable[[Any], tuple[int, ...]]  # an operand's shape (a literal's: ())
+Aval = Callable[[Any], tuple[tuple[int, ...], str]]  # an operand's shape and dtype
 
 ALWAYS_UNORDERED = frozenset(["and", "or", "xor", "eq", "ne"])
 REAL_UNORDERED = ALWAYS_UNORDERED | {"add", "mul", "max", "min"}
@@ -61,8 +62,9 @@ def unordered(eqn: Eqn, real: bool) -> bool:
         (op == "add" and not dtype.startswith(("float", "bfloat", "complex")))
 
 
-def normal_form(eqn: Eqn, form: Form, shape: Shape, real: bool) -> str | Eqn:
+def normal_form(eqn: Eqn, form: Form, aval: Aval, real: bool) -> str | Eqn:
     """The operand `eqn` equals, or the equation (or literal) its single output is numbered as."""
+    shape = lambda operand: aval(operand)[0]
     op, source = eqn["op"], eqn["in"][0] if eqn["in"] else None
     made = form(source) if isinstance(source, str) else None
     made = None if is_literal(made) else made  # a value folded to a literal moves nowhere
@@ -77,7 +79,7 @@ def normal_form(eqn: Eqn, form: Form, shape: Shape, real: bool) -> str | Eqn:
         scaled = _reciprocal_scale(eqn, form, real)
         return _flattened(scaled, form) if real and scaled is not eqn else scaled
     if op == "dot_general" and real:
-        return _chained(eqn, form, shape)
+        return _chained(eqn, form, aval)
     if op == "slice" and made is not None:
         return _selected_part(eqn, made, form, shape, real) or eqn
     return eqn
@@ -115,24 +117,28 @@ def _flattened(eqn: Eqn, form: Form) -> Eqn:
     return {**eqn, "in": terms} if len(terms) <= MAX_TERMS else eqn
 
 
-def _is_matrix_product(eqn: Eqn, shape: Shape) -> bool:
+def _is_matrix_product(eqn: Eqn, aval: Aval) -> bool:
+    """A product of matrices, each of the product's type, a number type: a product that converts
+    (floats to an integer, complex to real: `preferred_element_type`) rounds each partial product
+    its own way, and booleans are not summed as numbers."""
     dimensions = json.loads(json.dumps(eqn["params"]["dimension_numbers"]))  # tuples as lists
-    return dimensions == MATRIX_PRODUCT and len(eqn["out"][0]["shape"]) == 2 and \
-        all(isinstance(a, str) and len(shape(a)) == 2 for a in eqn["in"])
+    out_shape, out_dtype = eqn["out"][0]["shape"], eqn["out"][0]["dtype"]
+    return dimensions == MATRIX_PRODUCT and len(out_shape) == 2 and out_dtype != "bool" and \
+        all(isinstance(a, str) and len(aval(a)[0]) == 2 and aval(a)[1] == out_dtype for a in eqn["in"])
 
 
-def _chained(eqn: Eqn, form: Form, shape: Shape) -> Eqn:
+def _chained(eqn: Eqn, form: Form, aval: Aval) -> Eqn:
     """A product of matrices whose factors are products of matrices of the same type and
     precision, as one product of all their factors in order (associative in real arithmetic), up
     to `MAX_FACTORS`."""
     kind = lambda e: (e["out"][0]["dtype"], {k: v for k, v in e["params"].items()
                                              if v is not None and k != "dimension_numbers"})
-    if not _is_matrix_product(eqn, shape):
+    if not _is_matrix_product(eqn, aval):
         return eqn
     factors = []
     for operand in eqn["in"]:
         inner = form(operand)
-        alike = inner is not None and inner.get("op") == "dot_general" and _is_matrix_product(inner, shape) \
+        alike = inner is not None and inner.get("op") == "dot_general" and _is_matrix_product(inner, aval) \
             and kind(inner) == kind(eqn)
         factors.extend(inner["in"] if alike else [operand])
     return {**eqn, "in": factors} if len(factors) <= MAX_FACTORS else eqn

@@ -60,7 +60,7 @@ class _Numbered:
             self.signature.append(self._signature(e))
             for j, o in enumerate(e["out"]):
                 self.aval[o["name"]] = (tuple(o["shape"]), o["dtype"])
-            normal = normal_form(e, self.form.get, self._shape, table.real) if len(e["out"]) == 1 else e
+            normal = normal_form(e, self.form.get, self._aval, table.real) if len(e["out"]) == 1 else e
             # the n-th of alike equations that need not compute alike (two random draws): numbered apart
             drawn = () if deterministic(e) else (repeats.setdefault(self._identity(e, -1), itertools.count()).__next__(),)
             for j, o in enumerate(e["out"]):
@@ -97,8 +97,8 @@ class _Numbered:
         return (e["op"], _canon(e.get("params") or {}), tuple((tuple(o["shape"]), o["dtype"]) for o in e["out"]),
                 tuple(operands), j)
 
-    def _shape(self, operand: Any) -> tuple[int, ...]:
-        return self.aval[operand][0] if isinstance(operand, str) else ()
+    def _aval(self, operand: Any) -> tuple[tuple[int, ...], str]:
+        return self.aval[operand] if isinstance(operand, str) else ((), operand["dtype"])
 
     def structure(self, name: str, depth: int = STRUCTURE_DEPTHS[0]) -> str:
         """A hash of the value's operand tree `depth` levels deep: inputs by position, operands of a

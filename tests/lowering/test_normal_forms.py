@@ -315,6 +315,16 @@ def test_a_chain_of_matrix_products_in_another_order_is_one_chain_in_real_arithm
     assert validate(capture(lambda a, b, c: (a @ b) @ c, *square), reordered)["status"] == "failed"
 
 
+@pytest.mark.parametrize("factors, product", [("float32", "int32"), ("complex64", "float32"), ("float32", "bool")])
+def test_a_chain_of_products_that_convert_is_not_one_chain(factors, product):
+    # each product truncates (drops the imaginary part, tests for nonzero) on its own: the order shows
+    a, b, c = (RNG.normal(size=s).astype(factors) for s in [(4, 8), (8, 8), (8, 4)])
+    dot = lambda x, y: jax.lax.dot_general(x, y, (((1,), (0,)), ((), ())), preferred_element_type=product)
+    original = capture(lambda a, b, c: dot(dot(a, b), c), a, b, c)
+    regrouped = capture(lambda a, b, c: dot(a, dot(b, c)), a, b, c)
+    assert find_regions(original, regrouped, ValueTable(real=True)).regions != []
+
+
 def test_a_chain_of_products_of_other_precisions_is_not_one_chain():
     a, b, c = _normal(8, 16), _normal(16, 4), _normal(4, 8)
     highest = lambda x, y: jnp.matmul(x, y, precision="highest")
