@@ -31,6 +31,14 @@ class ENode:
     attrs: tuple
     children: tuple[str, ...]
 
+    @cached_property
+    def body_ops(self) -> tuple[BodyNode, ...]:
+        """Every op a `kernel` or `kernel_tee` node computes, operands first, each once; the root
+        last (tees are its operands or further roots that do not read it). Pricing, exclusive
+        groups, warm starts and emission each read it: made once per node."""
+        root, *tees = kernel_roots(self.attrs)
+        return tuple(dict.fromkeys(b for r in (*tees, root) for b in r.ops))
+
 
 @dataclass(frozen=True, eq=False)
 class BodyNode:
@@ -65,13 +73,6 @@ class BodyNode:
 def kernel_roots(attrs: tuple) -> tuple[BodyNode, ...]:
     """The bodies a kernel node's attrs name as computed: its root, then its tees."""
     return (attrs[0], *(attrs[1] if len(attrs) > 1 else ()))
-
-
-def kernel_body_ops(node: ENode) -> tuple[BodyNode, ...]:
-    """Every op a `kernel` or `kernel_tee` node computes, operands first, each once; the root last
-    (tees are its operands or further roots that do not read it)."""
-    root, *tees = kernel_roots(node.attrs)
-    return tuple(dict.fromkeys(b for r in (*tees, root) for b in r.ops))
 
 
 @dataclass

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Literal
 
-from costmodel.egraph_view import BodyNode, EClass, EGraphView, ENode, kernel_body_ops
+from costmodel.egraph_view import BodyNode, EClass, EGraphView, ENode
 from costmodel.formulas import Estimate, kernel_estimate
 from costmodel.op_cost import FREE_OPS, Aval, OpCost, nbytes, op_cost
 from costmodel.profile import HardwareProfile
@@ -110,7 +110,7 @@ def inlined_gemms(node: ENode) -> list[str]:
     """Classes of the GEMMs a kernel node computes inside itself."""
     if node.op not in KERNEL_OPS:
         return []
-    return [b.eclass for b in kernel_body_ops(node) if b.op in ("dot", "conv")]
+    return [b.eclass for b in node.body_ops if b.op in ("dot", "conv")]
 
 
 def gemm_exclusive_groups(view: EGraphView) -> list[tuple[frozenset[str], frozenset[str]]]:
@@ -158,6 +158,7 @@ class NodeCoster:
                  proxy: Proxy | None = None):
         self.view, self.table, self.profile, self.static = view, table, profile, static
         self.proxy = proxy
+        self.bytes = {cid: class_bytes(cls) for cid, cls in view.classes.items()}  # each class's value
         self.reads = read_bytes(view)
         self.body_costs: dict[BodyNode, OpCost] = {}  # body ops are shared by many kernel nodes
         # A plain node's estimate depends only on what `_plain_estimate` reads; an e-graph holds
@@ -182,20 +183,19 @@ class NodeCoster:
             return 0.0
         if node.op == "tee_out" or (node.op != "opaque" and all(c in self.static for c in node.children)):
             return NODE_EPSILON_S  # a tee_out's kernel pays its write
-        ops = len(kernel_body_ops(node)) if node.op in KERNEL_OPS else 1
+        ops = len(node.body_ops) if node.op in KERNEL_OPS else 1
         # An opaque primitive runs once for all its outputs (one node each): each pays its share.
         shares = len(self.table.get(node.attrs[1])["out"]) if node.op == "opaque" else 1
         return self.estimate(node).time_s / shares + NODE_EPSILON_S * ops  # ties: fewer ops (hidden under HBM time)
 
     def estimate(self, node: ENode) -> Estimate:
         if node.op in KERNEL_OPS:
-            write = class_bytes(self.view.classes[node.eclass])
-            ops = kernel_body_ops(node)
+            size = self.bytes
+            ops = node.body_ops
             written = set(node.attrs[1]) if node.op == "kernel_tee" else set()
             parts = [self.body_cost(b) for b in ops]
-            inside = sum(class_bytes(self.view.classes[b.eclass]) for b in ops[:-1]
-                         if b.op not in VIEW_TERMS and b not in written)
-            write += sum(class_bytes(self.view.classes[b.eclass]) for b in written)
+            inside = sum(size[b.eclass] for b in ops[:-1] if b.op not in VIEW_TERMS and b not in written)
+            write = size[node.eclass] + sum(size[b.eclass] for b in written)
             reads = sum(self.reads[c] for c in node.children)
             return fused_estimate(self.profile, parts, reads, write, inside, len(node.children), 1 + len(written))
         key = (node.op, node.attrs, self.aval(node.eclass),
@@ -205,7 +205,7 @@ class NodeCoster:
         return self.plain_estimates[key]
 
     def _plain_estimate(self, node: ENode) -> Estimate:
-        write = class_bytes(self.view.classes[node.eclass])
+        write = self.bytes[node.eclass]
         op, cost = self.op_cost(node, node.children)
         if op in VIEW_OPS:
             return Estimate(0.0, 0.0, 0, 0.0, "vector")  # a view: its readers read its source
@@ -214,7 +214,7 @@ class NodeCoster:
         if self.proxy == "chained" and cost.kind == "gemm":
             return Estimate(chained_time(self.profile, cost), cost.energy_j, 0, cost.flops, cost.bound)
         if cost.kind == "host":  # a host op reads whole buffers: folding views in is a kernel's trick
-            reads = sum(class_bytes(self.view.classes[c]) for c in node.children)
+            reads = sum(self.bytes[c] for c in node.children)
         else:
             reads = sum(self.reads[c] for c in node.children)
         return fused_estimate(self.profile, [cost], reads, write, 0, len(node.children))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from costmodel.egraph_view import EClass, EGraphView, ENode, kernel_body_ops
+from costmodel.egraph_view import EClass, EGraphView, ENode
 from costmodel.extract import Exclusive, Extraction, Requires, dag_cost, violations
 from costmodel.ilp import find_cycles
 from costmodel.kernel_cost import KERNEL_OPS
@@ -76,5 +76,5 @@ def _leaf(cls: EClass) -> bool:
 
 def _computes(node: ENode, tees: tuple, ops: set[str], seed: KernelSeed) -> bool:
     written = tuple(t.eclass for t in node.attrs[1]) if node.op == "kernel_tee" else ()
-    computed = {b.eclass for b in kernel_body_ops(node)}
+    computed = {b.eclass for b in node.body_ops}
     return written == tees and ops <= computed and len(computed) <= len(seed.ops)

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from costmodel.egraph_view import BodyNode, EGraphView, ENode, kernel_body_ops
+from costmodel.egraph_view import BodyNode, EGraphView, ENode
 from costmodel.node_equation import node_equation
 from costmodel.op_cost import IDIOMS
 from lowering.idioms import expand
@@ -81,7 +81,7 @@ def emit_program(view: EGraphView, choice: dict[str, ENode], table: ParamsTable,
 
     def emit_body(node: ENode) -> str:
         local = {}
-        for body in kernel_body_ops(node):
+        for body in node.body_ops:
             local[body] = emit_op(body, [names[o.eclass] if o.op == "arg" else local[o] for o in body.operands])
         if node.op == "kernel_tee":
             teed[node.attrs] = [local[t] for t in node.attrs[1]]
