@@ -11,9 +11,10 @@ convolution are among them, as a library GEMM may block, and so round, by its wh
 - arithmetic: `add`, `sub`, `mul` and `neg` of float literals are the literal they round to in
   their own type (float16, 32 or 64), and in `real` numberings the literal their float64 result
   is (what the real-arithmetic check computes); x / 2^k is x * 2^-k (both are the correctly
-  rounded x * 2^-k), and in `real` numberings x / c is x * (1/c) for any float literal c, 1/c
-  in float64 (what the real-arithmetic check computes); operands of `and`, `or`, `xor`, `eq`, `ne`, integer `add` and non-complex
-  `mul` are unordered, and in `real` numberings of every `add`, `mul`, `max`, `min` (bit for bit,
+  rounded x * 2^-k), and in `real` numberings x / c is x * (1/c) for any float literal c where
+  c and 1/c are normal numbers of its type, 1/c in float64 (what the real-arithmetic check
+  computes); operands of `and`, `or`, `xor`, `eq`, `ne`, integer `add` and non-complex `mul` are
+  unordered, and in `real` numberings of every `add`, `mul`, `max`, `min` (bit for bit,
   XLA fuses a float add with one of its products into an FMA by their order, a complex product
   rounds by it, and `max`/`min` may pick either signed zero);
 - real: a slice of a GEMM or convolution over a concatenation, along a dimension the op carries to

@@ -185,16 +185,14 @@ def _matched_terms(terms_o: list[str], terms_p: list[str], o_num: _Numbered,
     alike exactly one of the other side's; None where the pairing would be a guess. (A wrong
     pair is not a wrong verdict, only a region check that fails: each pair is checked or numbered
     equal, as a binary op's operands are.)"""
-    left = list(terms_p)
-    kids = []
+    left, kids, rest = list(terms_p), [], []
     for a in terms_o:
         same = next((b for b in left if p_num.key[b] == o_num.key[a]), None)
-        if same is not None:
+        if same is None:
+            rest.append(a)
+        else:
             left.remove(same)
             kids.append((a, same))
-    rest = list(terms_o)
-    for a, b in kids:
-        rest.remove(a)
     if len(rest) <= 1:
         return kids + list(zip(rest, left))
     for a in rest:
