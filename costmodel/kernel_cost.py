@@ -17,9 +17,9 @@ from typing import Literal
 
 from costmodel.egraph_view import BodyNode, EClass, EGraphView, ENode
 from costmodel.formulas import Estimate, kernel_estimate
+from costmodel.node_equation import LEAF_OPS, node_equation
 from costmodel.op_cost import FREE_OPS, Aval, OpCost, nbytes, op_cost
 from costmodel.profile import HardwareProfile
-from costmodel.node_equation import LEAF_OPS, node_equation
 from rewrites.params import ParamsTable
 
 NODE_EPSILON_S = 1e-10  # per e-node: among equal-cost programs, prefer the one with fewer ops (above the
@@ -64,10 +64,10 @@ def class_bytes(cls: EClass) -> int:
     return nbytes((cls.shape, cls.dtype))
 
 
-def read_bytes(view: EGraphView) -> dict[str, int]:
-    """Bytes a kernel reads for each class: the smallest source reachable through view nodes
-    (a broadcast bias is read at the bias's size)."""
-    result = {cid: class_bytes(cls) for cid, cls in view.classes.items()}
+def read_bytes(view: EGraphView, sizes: dict[str, int]) -> dict[str, int]:
+    """Bytes a kernel reads for each class (`sizes`: each class's own bytes): the smallest source
+    reachable through view nodes (a broadcast bias is read at the bias's size)."""
+    result = dict(sizes)
     changed = True
     while changed:  # views only shrink what is read; a fixpoint over view edges
         changed = False
@@ -159,7 +159,7 @@ class NodeCoster:
         self.view, self.table, self.profile, self.static = view, table, profile, static
         self.proxy = proxy
         self.bytes = {cid: class_bytes(cls) for cid, cls in view.classes.items()}  # each class's value
-        self.reads = read_bytes(view)
+        self.reads = read_bytes(view, self.bytes)
         self.body_costs: dict[BodyNode, OpCost] = {}  # body ops are shared by many kernel nodes
         # A plain node's estimate depends only on what `_plain_estimate` reads; an e-graph holds
         # many nodes alike (an 80-matmul chain's orders: 75k nodes, a few thousand distinct).

@@ -27,12 +27,13 @@ convolution are among them, as a library GEMM may block, and so round, by its wh
 """
 from __future__ import annotations
 
-import json
 import math
 from typing import Any, Callable, Mapping
 
 import numpy as np
 from jax.numpy import finfo
+
+from rewrites.chain_order import PLAIN_MATMUL
 
 Eqn = dict[str, Any]  # an equation; a literal is a dict with "lit" and "dtype"
 Form = Callable[[str], Eqn | None]  # a value's normal form: an equation, a literal, None for an input
@@ -44,7 +45,6 @@ REAL_UNORDERED = ALWAYS_UNORDERED | {"add", "mul", "max", "min"}
 IDENTITIES = frozenset(["stop_gradient", "copy"])
 FOLDED = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "neg": np.negative}
 FOLDED_TYPES = frozenset(["float16", "float32", "float64"])  # NumPy rounds these as IEEE does, once
-MATRIX_PRODUCT = [[[1], [0]], [[], []]]  # a dot_general's dimension numbers: rows of one by columns of the other
 MAX_FACTORS = 256  # a chain of products is rarely longer; each partial product's form is as long as its chain
 MAX_TERMS = 64  # a sum flattened further would make each of a long chain's partial sums as long
 POWER_OF_TWO_RANGE = 14  # 2^-14..2^14: normal numbers in every float type, float16 included
@@ -105,27 +105,33 @@ def _folded(eqn: Eqn, form: Form, real: bool) -> Eqn:
     return {"lit": float(value), "dtype": dtype} if np.isfinite(value) else eqn
 
 
+def _spliced(eqn: Eqn, form: Form, alike: Callable[[Eqn], bool], limit: int) -> Eqn:
+    """`eqn` over its operands, each operand whose normal form `alike` accepts replaced by that
+    form's operands in place, up to `limit` operands (beyond it, `eqn` as it is)."""
+    operands = []
+    for operand in eqn["in"]:
+        inner = form(operand) if isinstance(operand, str) else None
+        spliced = inner is not None and not is_literal(inner) and alike(inner)
+        operands.extend(inner["in"] if spliced else [operand])
+    return {**eqn, "in": operands} if len(operands) <= limit else eqn
+
+
 def _flattened(eqn: Eqn, form: Form) -> Eqn:
     """A sum (product) whose operands are sums (products) of the same type, as one over all their
     terms: associative in real arithmetic."""
     kind = lambda e: (e["op"], [(o["shape"], o["dtype"]) for o in e["out"]],
                       {k: v for k, v in (e.get("params") or {}).items() if v is not None})
-    terms = []
-    for operand in eqn["in"]:
-        inner = form(operand) if isinstance(operand, str) else None
-        alike = inner is not None and not is_literal(inner) and kind(inner) == kind(eqn)
-        terms.extend(inner["in"] if alike else [operand])
-    return {**eqn, "in": terms} if len(terms) <= MAX_TERMS else eqn
+    return _spliced(eqn, form, lambda inner: kind(inner) == kind(eqn), MAX_TERMS)
 
 
 def _is_matrix_product(eqn: Eqn, aval: Aval) -> bool:
     """A product of matrices, each of the product's type, a number type: a product that converts
     (floats to an integer, complex to real: `preferred_element_type`) rounds each partial product
     its own way, and booleans are not summed as numbers."""
-    dimensions = json.loads(json.dumps(eqn["params"]["dimension_numbers"]))  # tuples as lists
     out_shape, out_dtype = eqn["out"][0]["shape"], eqn["out"][0]["dtype"]
-    return dimensions == MATRIX_PRODUCT and len(out_shape) == 2 and out_dtype != "bool" and \
-        all(isinstance(a, str) and len(aval(a)[0]) == 2 and aval(a)[1] == out_dtype for a in eqn["in"])
+    return eqn["op"] == "dot_general" and eqn["params"]["dimension_numbers"] == PLAIN_MATMUL \
+        and len(out_shape) == 2 and out_dtype != "bool" \
+        and all(isinstance(a, str) and len(aval(a)[0]) == 2 and aval(a)[1] == out_dtype for a in eqn["in"])
 
 
 def _chained(eqn: Eqn, form: Form, aval: Aval) -> Eqn:
@@ -136,13 +142,8 @@ def _chained(eqn: Eqn, form: Form, aval: Aval) -> Eqn:
                                              if v is not None and k != "dimension_numbers"})
     if not _is_matrix_product(eqn, aval):
         return eqn
-    factors = []
-    for operand in eqn["in"]:
-        inner = form(operand)
-        alike = inner is not None and inner.get("op") == "dot_general" and _is_matrix_product(inner, aval) \
-            and kind(inner) == kind(eqn)
-        factors.extend(inner["in"] if alike else [operand])
-    return {**eqn, "in": factors} if len(factors) <= MAX_FACTORS else eqn
+    return _spliced(eqn, form, lambda inner: _is_matrix_product(inner, aval) and kind(inner) == kind(eqn),
+                    MAX_FACTORS)
 
 
 def _moved(eqn: Eqn, made: Eqn | None, shape: Shape) -> str | Eqn:

@@ -166,10 +166,10 @@ def _operand_pairs(o: str, p: str, o_num: _Numbered, p_num: _Numbered) -> list[t
     if unordered(eo, p_num.real):
         if sorted(filter(None, literals_o)) != sorted(filter(None, literals_p)) or len(ins_o) != len(ins_p):
             return None
-        alike = lambda a, b: o_num.key[a] == p_num.key[b] or o_num.structure(a, 3) == p_num.structure(b, 3)
         if len(ins_o) > 2:
             kids = _matched_terms(ins_o, ins_p, o_num, p_num)
             return kids if kids is not None and all(o_num.aval[a] == p_num.aval[b] for a, b in kids) else None
+        alike = lambda a, b: o_num.key[a] == p_num.key[b] or o_num.structure(a, 3) == p_num.structure(b, 3)
         if len(ins_o) == 2 and sum(map(alike, ins_o, ins_p[::-1])) > sum(map(alike, ins_o, ins_p)):
             ins_p.reverse()
     elif literals_o != literals_p:
