@@ -18,7 +18,7 @@ from egglog.egraph import to_runtime_expr
 from egglog.runtime import RuntimeExpr
 
 from rewrites.direct import Direct, DirectConstructors, direct_union, register
-from rewrites.egraphs import close_egraph, open_egraph
+from rewrites.egraphs import Role, close_egraph, open_egraph
 from rewrites.params import ParamsTable
 from rewrites.terms import (BINARY_OPS, REDUCE_OPS, UNARY_OPS, Term, dtype, float_bits, ivec, literal_value, output,
                             shape, slot_hi, slot_lo)
@@ -44,6 +44,7 @@ class LoadedProgram:
     timings: dict[str, float] = field(default_factory=dict)
     extra_lets: int = 0  # lets added after ingest (kernel seeds' shared bodies), numbered per e-graph
     seeded: dict[tuple, list] = field(default_factory=dict)  # kernels seeded so far -> their seeds
+    role: Role = "algebra"  # which kept e-graphs it came from and returns to (rewrites/egraphs.py)
 
     @property
     def program(self) -> dict[str, Any]:
@@ -67,7 +68,7 @@ class LoadedProgram:
 
     def close(self) -> None:
         """Done with the e-graph: kept for the next load or dropped, on this thread (`close_egraph`)."""
-        close_egraph(self.egraph)
+        close_egraph(self.egraph, self.role)
 
 
 def _rest(params: dict[str, Any], *structural: str) -> dict[str, Any]:
@@ -246,9 +247,11 @@ def let_name(program: int, eqn: int, out: int) -> str:
     return f"{f'a{program}' if program else ''}e{eqn}_{out}"
 
 
-def ingest(program: dict[str, Any], alternatives: Sequence[dict[str, Any]] = ()) -> LoadedProgram:
-    """Load a (type-checked) wire program into a fresh e-graph; each alternative (an equivalent
-    program over the same inputs and consts) is loaded too, its outputs unioned with the program's."""
+def ingest(program: dict[str, Any], alternatives: Sequence[dict[str, Any]] = (), role: Role = "algebra"
+           ) -> LoadedProgram:
+    """Load a (type-checked) wire program into an empty e-graph kept for `role`'s rules; each
+    alternative (an equivalent program over the same inputs and consts) is loaded too, its outputs
+    unioned with the program's."""
     table = ParamsTable()
     env: dict[str, Term] = {}
     lets, analyses = [], []
@@ -362,13 +365,13 @@ def ingest(program: dict[str, Any], alternatives: Sequence[dict[str, Any]] = ())
         loaded_outputs.append((load_eqns(tag), output_values(tag)))
         envs.append(dict(env))
     commands = [*lets, *analyses, *_output_unions(loaded_outputs)]
-    egraph = open_egraph()
+    egraph = open_egraph(role)
     try:
         register(egraph, commands)
     except BaseException:  # the caller gets no load to close
-        close_egraph(egraph)
+        close_egraph(egraph, role)
         raise
-    return LoadedProgram(egraph, table, programs, len(program["outputs"]), envs)
+    return LoadedProgram(egraph, table, programs, len(program["outputs"]), envs, role=role)
 
 
 def _opaque_with_literal_args(eqn: dict[str, Any], table: ParamsTable, env: dict[str, Term]) -> list[Term]:

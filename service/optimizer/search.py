@@ -132,7 +132,7 @@ def _search(program: dict[str, Any], profile: HardwareProfile, options: Optimize
             reads = {s["name"] for s in [*candidate["inputs"], *candidate.get("consts", [])]}
             if candidate != program and candidate not in distinct and reads <= leaves:  # var indices agree
                 distinct.append(candidate)
-        fused = egraphs.enter_context(ingest(program, distinct))  # all consts kept: var indices agree
+        fused = egraphs.enter_context(ingest(program, distinct, "kernels"))  # all consts kept: var indices agree
         fusion = saturate(fused.egraph, FUSION_ONLY if options.rules else NO_RULES, budget(options), _progress)
         seeds = []
         for tag, candidate in enumerate(fused.programs if options.rules else []):

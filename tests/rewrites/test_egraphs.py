@@ -6,11 +6,12 @@ import threading
 import warnings
 
 import jax.numpy as jnp
+import pytest
 from rule_harness import random_args
 
-from rewrites.egraphs import close_egraph, open_egraph
+from rewrites.egraphs import ROLE_RULESETS, close_egraph, open_egraph
 from rewrites.ingest import ingest
-from rewrites.schedule import SCHEDULES, Budget, saturate, term_enodes
+from rewrites.schedule import FUSION_ONLY, SCHEDULES, Budget, saturate, term_enodes
 from wire.capture import capture
 
 X, W = random_args(0, [(3, 4), (4, 5)])
@@ -21,11 +22,11 @@ def attention(x, w):
     return (y / y.sum(axis=-1, keepdims=True)).T.T
 
 
-def saturated(program):
+def saturated(program, role="algebra"):
     """(term e-nodes after ingest, the saturation's e-nodes, iterations and rules fired, the e-graph)."""
-    with ingest(program) as loaded:
+    with ingest(program, role=role) as loaded:
         loaded_nodes = term_enodes(loaded.egraph)
-        report = saturate(loaded.egraph, SCHEDULES["real"], Budget())
+        report = saturate(loaded.egraph, SCHEDULES["real"] if role == "algebra" else FUSION_ONLY, Budget())
         return loaded_nodes, (report.enodes, report.iterations, report.rules_fired), loaded.egraph
 
 
@@ -37,13 +38,27 @@ def on_a_thread(fn, *args):
     return box[0]
 
 
-def test_a_reused_egraph_starts_empty_and_saturates_as_a_fresh_one():
+@pytest.mark.parametrize("role", ROLE_RULESETS)
+def test_a_reused_egraph_starts_empty_and_saturates_as_a_fresh_one(role):
     big, small = capture(attention, X, W), capture(lambda x: x.T.T * 1.0, X)
-    saturated(big)  # leaves a kept e-graph that held a saturated program
-    nodes, report, egraph = saturated(small)
-    fresh_nodes, fresh_report, _ = on_a_thread(lambda: saturated(small)[:2] + (None,))
+    saturated(big, role)  # leaves a kept e-graph that held a saturated program
+    nodes, report, egraph = saturated(small, role)
+    fresh_nodes, fresh_report, _ = on_a_thread(lambda: saturated(small, role)[:2] + (None,))
     assert (nodes, report) == (fresh_nodes, fresh_report)
-    assert saturated(big)[2] is egraph  # the same e-graph served again: reuse happened
+    assert report[0] > nodes  # the role's rules ran
+    assert saturated(big, role)[2] is egraph  # the same e-graph served again: reuse happened
+
+
+def test_each_role_keeps_its_own_egraphs_with_only_its_rules_registered():
+    program = capture(attention, X, W)
+    with ingest(program, role="algebra") as algebra, ingest(program, role="kernels") as kernels:
+        pass
+    assert algebra.egraph is not kernels.egraph
+    assert open_egraph("kernels") is kernels.egraph  # each went back to its own role
+    registered = set(kernels.egraph._state.rulesets)
+    assert {r.__egg_ident__ for r in ROLE_RULESETS["kernels"]} <= registered
+    assert not {r.__egg_ident__ for r in ROLE_RULESETS["algebra"][1:]} & registered  # SHAPES is shared
+    close_egraph(kernels.egraph, "kernels")
 
 
 def test_loads_at_once_get_different_egraphs_and_each_returns_to_empty():
