@@ -1,11 +1,13 @@
-"""The serialized e-graph as plain Python: term e-classes with shapes, dtypes and decoded nodes.
+"""The e-graph as plain Python: term e-classes with shapes, dtypes and decoded nodes.
 
 Extraction runs here rather than inside egglog, whose extractor does not survive real models.
-Analysis tables and primitive values are folded into the term nodes.
+Analysis tables and primitive values are folded into the term nodes. The view is read from
+egglog's frozen tables (rows of values), not from its JSON serialization: the same classes and
+nodes under the same ids, without writing and parsing megabytes of JSON (a 1-layer encoder's
+kernel e-graph: 3.3 MB, 14k nodes; 2.2x faster over the benchmark models).
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -110,109 +112,126 @@ class EGraphView:
 
 
 _EQUATION_LET = re.compile(r"\$(?:a(\d+))?e(\d+)_(\d+)")
+_VEC = "egglog.builtins.Vec["
+_KERNEL_NODES = frozenset(["Term.kernel", "Term.kernel_tee", "Term.tee_out"])
 
 
-def _primitive(op: str, type_name: str):
-    if type_name == "String":
-        return json.loads(op)
-    if type_name == "i64":
-        return int(op)
-    if type_name == "f64":
-        return float(op)
-    raise ValueError(f"unexpected primitive {type_name}: {op}")
+class _Tables:
+    """egglog's tables of one e-graph (its frozen form: every function's rows of values) and the
+    decoding of their values. Class ids and node ids are spelled as egglog's serialization spells
+    them (`<sort>-<value>`, `function-<row>-<function>`), whose order breaks extraction's ties."""
+
+    def __init__(self, egraph: EGraph):
+        self.raw = egraph._egraph
+        self.functions = self.raw.freeze().functions
+        self.names = egraph._state.op_mapping()  # egglog's function names -> egglog-python's ("Term.dot", "shape")
+        self.decode = {"i64": self.raw.value_to_i64, "String": self.raw.value_to_string, "f64": self.raw.value_to_f64}
+        self.ids: dict[Any, str] = {}
+        self.values: dict[tuple, Any] = {}  # every dot of an e-graph reads the same few Vec literals
+        self.body_rows = {row.output: (op, row.inputs, fn.input_sorts) for _, op, fn in self.named(BODY_PREFIX)
+                          for row in fn.rows}
+        self.bodies: dict[Any, BodyNode] = {}  # one node per Body class: bodies are never rewritten
+
+    def named(self, prefix: str, exact: bool = False):
+        """(egglog's name, egglog-python's name, function) of the functions whose (egglog-python)
+        names start with `prefix` (or are `prefix`)."""
+        for egg_name, fn in self.functions.items():
+            name = self.names.get(egg_name, egg_name)
+            if name == prefix or not exact and name.startswith(prefix):
+                yield egg_name, name, fn
+
+    def class_id(self, sort: str, value: Any) -> str:
+        if value not in self.ids:
+            self.ids[value] = f"{sort}-{str(value)[len('Value('):-1]}"
+        return self.ids[value]
+
+    def items(self, value: Any) -> list:
+        return self.raw.value_to_vec(value)
+
+    def primitive(self, sort: str, value: Any):
+        """A primitive argument: scalar, or a tuple for a Vec[i64]."""
+        key = (sort, value)
+        if key not in self.values:
+            if sort.startswith(_VEC):
+                element = sort[len(_VEC):-1].rsplit(".", 1)[-1]
+                self.values[key] = tuple(self.primitive(element, v) for v in self.items(value))
+            else:
+                self.values[key] = self.decode[sort](value)
+        return self.values[key]
+
+    def body(self, value: Any) -> BodyNode:
+        """A Body class decoded into its (only) node's tree; memoized, bodies share subtrees."""
+        if value not in self.bodies:
+            op, inputs, sorts = self.body_rows[value]
+            attrs, operands, terms = [], [], []
+            for sort, v in zip(sorts, inputs):
+                if sort.endswith(".Body"):
+                    operands.append(self.body(v))
+                elif sort.endswith(".Body]"):  # Vec[Body]: flattened in place
+                    operands.extend(self.body(x) for x in self.items(v))
+                elif sort.endswith(".Term"):
+                    terms.append(self.class_id(sort, v))
+                else:
+                    attrs.append(self.primitive(sort, v))
+            self.bodies[value] = BodyNode(op[len(BODY_PREFIX):], tuple(attrs), tuple(operands), terms[-1])
+        return self.bodies[value]
+
+    def kernel_attrs(self, inputs: list, sorts: list[str]) -> tuple:
+        """(root body, tee bodies[, index]) of a kernel, kernel_tee or tee_out row."""
+        root = self.body(inputs[0])
+        if len(inputs) == 1:
+            return (root,)
+        return (root, tuple(self.body(x) for x in self.items(inputs[1])),
+                *(self.primitive(s, v) for s, v in zip(sorts[2:], inputs[2:])))
+
+    def term_node(self, node_id: str, op: str, cid: str, inputs: list, sorts: list[str]) -> ENode | None:
+        if op in _KERNEL_NODES:
+            attrs = self.kernel_attrs(inputs, sorts)
+            if op == "Term.kernel" and all(o.op == "arg" for o in attrs[0].operands):
+                return None  # a kernel of one op is its plain node
+            # tee_out depends on the kernel that writes it, in the class of that kernel's body
+            children = (attrs[0].eclass,) if op == "Term.tee_out" else \
+                tuple(dict.fromkeys(c for b in kernel_roots(attrs) for c in b.reads))
+            return ENode(node_id, op[len(TERM_PREFIX):], cid, attrs, children)
+        attrs, children = [], []
+        for sort, v in zip(sorts, inputs):
+            if sort.endswith(".Term"):
+                children.append(self.class_id(sort, v))
+            elif sort.endswith(".Term]"):  # Vec[Term]
+                children.extend(self.class_id(sort[len(_VEC):-1], x) for x in self.items(v))
+            else:
+                attrs.append(self.primitive(sort, v))
+        return ENode(node_id, op[len(TERM_PREFIX):], cid, tuple(attrs), tuple(children))
 
 
 def view_egraph(egraph: EGraph) -> EGraphView:
-    """Serialize `egraph` (extraction-gym JSON) and decode its term e-classes."""
-    data = json.loads(egraph._serialize(split_primitive_outputs=False).to_json())
-    nodes, class_types = data["nodes"], {k: v["type"] for k, v in data["class_data"].items()}
-
-    term_classes = {cid for cid, t in class_types.items() if t.endswith(".Term") and "Vec[" not in t}
-    is_term_class = term_classes.__contains__
-
-    values: dict[str, Any] = {}  # every dot of an e-graph reads the same few Vec literals
-
-    def value(node_id: str):
-        """A primitive argument: scalar, or a tuple for a Vec[i64]."""
-        if node_id not in values:
-            node = nodes[node_id]
-            type_name = class_types[node["eclass"]]
-            values[node_id] = tuple(value(c) for c in node["children"]) if type_name.startswith("egglog.builtins.Vec") \
-                else _primitive(node["op"], type_name.rsplit(".", 1)[-1])
-        return values[node_id]
-
-    bodies: dict[str, BodyNode] = {}  # one node per Body class: bodies are never rewritten
-
-    def body(node_id: str) -> BodyNode:
-        """A Body class decoded into its (only) node's tree; memoized, bodies share subtrees."""
-        node = nodes[node_id]
-        if node["eclass"] not in bodies:
-            attrs, operands, terms = [], [], []
-            for child in node["children"]:
-                child_class = nodes[child]["eclass"]
-                if class_types[child_class].endswith(".Body"):
-                    operands.append(body(child))
-                elif class_types[child_class].endswith(".Body]"):  # Vec[Body]: flattened in place
-                    operands.extend(body(c) for c in nodes[child]["children"])
-                elif is_term_class(child_class):
-                    terms.append(child_class)
-                else:
-                    attrs.append(value(child))
-            bodies[node["eclass"]] = BodyNode(node["op"][len(BODY_PREFIX):], tuple(attrs), tuple(operands), terms[-1])
-        return bodies[node["eclass"]]
-
-    def kernel_attrs(node) -> tuple:
-        """(root body, tee bodies[, index]) of a kernel, kernel_tee or tee_out node."""
-        root, *rest = node["children"]
-        if not rest:
-            return (body(root),)
-        return (body(root), tuple(body(c) for c in nodes[rest[0]]["children"]),
-                *(value(c) for c in rest[1:]))
-
+    """Read `egraph`'s tables and decode its term e-classes, with their analyses and lets."""
+    tables = _Tables(egraph)
     classes: dict[str, EClass] = {}
+    for egg_name, op, fn in tables.named(TERM_PREFIX):
+        for row_index, row in enumerate(fn.rows):
+            cid = tables.class_id(fn.output_sort, row.output)
+            node = tables.term_node(f"function-{row_index}-{egg_name}", op, cid, row.inputs, fn.input_sorts)
+            if node is not None:
+                if cid not in classes:  # made only when missing (setdefault would make one per node)
+                    classes[cid] = EClass(cid)
+                classes[cid].nodes.append(node)
     roots: dict[int, str] = {}
-
-    def eclass(cid: str) -> EClass:
-        if cid not in classes:  # made only when missing (setdefault would make one per node)
-            classes[cid] = EClass(cid)
-        return classes[cid]
-
-    for node_id, node in nodes.items():
-        op = node["op"]
-        if op in ("Term.kernel", "Term.kernel_tee", "Term.tee_out"):
-            attrs = kernel_attrs(node)
-            if op != "Term.kernel" or any(o.op != "arg" for o in attrs[0].operands):  # a kernel of one op
-                cid = node["eclass"]                                                  # is its plain node
-                # tee_out depends on the kernel that writes it, in the class of that kernel's body
-                children = (attrs[0].eclass,) if op == "Term.tee_out" else \
-                    tuple(dict.fromkeys(c for b in kernel_roots(attrs) for c in b.reads))
-                eclass(cid).nodes.append(ENode(node_id, op[len(TERM_PREFIX):], cid, attrs, children))
-        elif op.startswith(TERM_PREFIX):
-            attrs, children = [], []
-            for child in node["children"]:
-                child_class = nodes[child]["eclass"]
-                if is_term_class(child_class):
-                    children.append(child_class)
-                elif class_types[child_class].endswith(".Term]"):  # Vec[Term]
-                    children.extend(nodes[c]["eclass"] for c in nodes[child]["children"])
-                else:
-                    attrs.append(value(child))
-            cid = node["eclass"]
-            eclass(cid).nodes.append(ENode(node_id, op[len(TERM_PREFIX):], cid, tuple(attrs), tuple(children)))
-    # An analysis value's class holds the analysis nodes plus the one primitive node of the value.
-    value_nodes = {n["eclass"]: node_id for node_id, n in nodes.items() if n["op"] not in ANALYSES}
-    for node in nodes.values():
-        if node["op"] in ("shape", "dtype") and node["children"]:
-            cid = nodes[node["children"][0]]["eclass"]
-            if cid in classes:
-                setattr(classes[cid], node["op"], value(value_nodes[node["eclass"]]))
-        elif node["op"] == "output":
-            roots[int(nodes[node["children"][0]]["op"])] = node["eclass"]
-    for cid, cls in classes.items():  # ingest names equation lets e{index}_{output} (a{k}e... in alternative k)
-        for match in _EQUATION_LET.finditer(data["class_data"][cid].get("let", "")):
-            program, eqn = int(match[1] or 0), int(match[2])
-            cls.origins[program] = min(eqn, cls.origins.get(program, eqn))
-            if program == 0:
-                cls.original_values.append((eqn, int(match[3])))
+    for _, op, fn in [*tables.named("shape", True), *tables.named("dtype", True), *tables.named("output", True)]:
+        for row in fn.rows:
+            if op == "output":
+                roots[tables.primitive("i64", row.inputs[0])] = tables.class_id(fn.output_sort, row.output)
+            elif (cid := tables.class_id(fn.input_sorts[0], row.inputs[0])) in classes:
+                setattr(classes[cid], op, tables.primitive(fn.output_sort, row.output))
+    # ingest names equation lets e{index}_{output} (a{k}e... in alternative k): the classes' origins
+    for name, fn in tables.functions.items():
+        if fn.is_let_binding and fn.output_sort.endswith(".Term") and (match := _EQUATION_LET.fullmatch(name)):
+            for row in fn.rows:
+                if (cls := classes.get(tables.class_id(fn.output_sort, row.output))) is not None:
+                    program, eqn = int(match[1] or 0), int(match[2])
+                    cls.origins[program] = min(eqn, cls.origins.get(program, eqn))
+                    if program == 0:
+                        cls.original_values.append((eqn, int(match[3])))
+    for cls in classes.values():
         cls.original_values.sort()
     return EGraphView(classes, [roots[i] for i in range(len(roots))])
