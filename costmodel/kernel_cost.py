@@ -81,25 +81,35 @@ def read_bytes(view: EGraphView, sizes: dict[str, int]) -> dict[str, int]:
 
 def static_classes(view: EGraphView, program: dict, precompute_weights: bool = True) -> set[str]:
     """E-classes computable from constants, and from weights when the profile precomputes
-    weight-only work (then free per call)."""
+    weight-only work (then free per call): the least set closed under a node whose children are
+    all in it, found by a worklist (each node is looked at once per child)."""
     n_inputs = len(program["inputs"])
     weights = {i for i, s in enumerate(program["inputs"]) if precompute_weights and s.get("role") == "weight"}
+    missing: dict[str, int] = {}  # node id -> its distinct children not yet known static
+    readers: dict[str, list[ENode]] = {}
+    ready: list[str] = []
+    for cid, cls in view.classes.items():
+        for node in cls.nodes:
+            if node.op == "var":
+                if int(node.attrs[0]) >= n_inputs or int(node.attrs[0]) in weights:
+                    ready.append(cid)
+            elif node.op != "opaque":
+                children = set(node.children)
+                missing[node.id] = len(children)
+                if not children:
+                    ready.append(cid)
+                for child in children:
+                    readers.setdefault(child, []).append(node)
     static: set[str] = set()
-    changed = True
-    while changed:
-        changed = False
-        for cid, cls in view.classes.items():
-            if cid in static:
-                continue
-            for node in cls.nodes:
-                if node.op == "var":
-                    ok = int(node.attrs[0]) >= n_inputs or int(node.attrs[0]) in weights
-                else:
-                    ok = node.op != "opaque" and all(c in static for c in node.children)
-                if ok:
-                    static.add(cid)
-                    changed = True
-                    break
+    while ready:
+        cid = ready.pop()
+        if cid in static:
+            continue
+        static.add(cid)
+        for node in readers.get(cid, ()):
+            missing[node.id] -= 1
+            if not missing[node.id]:
+                ready.append(node.eclass)
     return static
 
 
