@@ -27,7 +27,7 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
-from costmodel.egraph_view import EGraphView, ENode
+from costmodel.egraph_view import EGraphView, ENode, closed_bottom_up
 from costmodel.extract import Exclusive, Extraction, Requires, dag_cost, extract_greedy_dag
 
 OBJECTIVE_SCALE = 1e4  # the reference cost (greedy's) maps to this many objective units
@@ -83,23 +83,7 @@ def _prune(view: EGraphView, node_cost: dict[str, float]) -> list[ENode]:
     candidates = [n for c in view.classes.values() for n in c.nodes
                   if math.isfinite(node_cost[n.id]) and n.eclass not in n.children
                   and all(ch in view.classes for ch in n.children)]
-    # A class is derivable when some node's children are all derivable (bottom-up fixpoint).
-    waiting = {n.id: len(set(n.children)) for n in candidates}
-    users: dict[str, list[ENode]] = {}
-    for node in candidates:
-        for child in set(node.children):
-            users.setdefault(child, []).append(node)
-    derivable: set[str] = set()
-    stack = [n.eclass for n in candidates if not n.children]
-    while stack:
-        cid = stack.pop()
-        if cid in derivable:
-            continue
-        derivable.add(cid)
-        for user in users.get(cid, ()):
-            waiting[user.id] -= 1
-            if waiting[user.id] == 0:
-                stack.append(user.eclass)
+    derivable, waiting = closed_bottom_up(candidates)  # classes some candidate computes from the leaves
     missing = [r for r in view.roots if r not in derivable]
     if missing:
         raise ValueError(f"no finite-cost term for output classes {missing}")

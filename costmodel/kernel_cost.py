@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Literal
 
-from costmodel.egraph_view import BodyNode, EClass, EGraphView, ENode
+from costmodel.egraph_view import BodyNode, EClass, EGraphView, ENode, closed_bottom_up
 from costmodel.formulas import Estimate, kernel_estimate
 from costmodel.node_equation import LEAF_OPS, node_equation
 from costmodel.op_cost import FREE_OPS, Aval, OpCost, nbytes, op_cost
@@ -81,36 +81,12 @@ def read_bytes(view: EGraphView, sizes: dict[str, int]) -> dict[str, int]:
 
 def static_classes(view: EGraphView, program: dict, precompute_weights: bool = True) -> set[str]:
     """E-classes computable from constants, and from weights when the profile precomputes
-    weight-only work (then free per call): the least set closed under a node whose children are
-    all in it, found by a worklist (each node is looked at once per child)."""
+    weight-only work (then free per call)."""
     n_inputs = len(program["inputs"])
     weights = {i for i, s in enumerate(program["inputs"]) if precompute_weights and s.get("role") == "weight"}
-    missing: dict[str, int] = {}  # node id -> its distinct children not yet known static
-    readers: dict[str, list[ENode]] = {}
-    ready: list[str] = []
-    for cid, cls in view.classes.items():
-        for node in cls.nodes:
-            if node.op == "var":
-                if int(node.attrs[0]) >= n_inputs or int(node.attrs[0]) in weights:
-                    ready.append(cid)
-            elif node.op != "opaque":
-                children = set(node.children)
-                missing[node.id] = len(children)
-                if not children:
-                    ready.append(cid)
-                for child in children:
-                    readers.setdefault(child, []).append(node)
-    static: set[str] = set()
-    while ready:
-        cid = ready.pop()
-        if cid in static:
-            continue
-        static.add(cid)
-        for node in readers.get(cid, ()):
-            missing[node.id] -= 1
-            if not missing[node.id]:
-                ready.append(node.eclass)
-    return static
+    nodes = [n for c in view.classes.values() for n in c.nodes]
+    leaves = [n.eclass for n in nodes if n.op == "var" and (int(n.attrs[0]) >= n_inputs or int(n.attrs[0]) in weights)]
+    return closed_bottom_up((n for n in nodes if n.op not in ("var", "opaque")), leaves)[0]
 
 
 KERNEL_OPS = frozenset(["kernel", "kernel_tee"])  # nodes that compute a fused body

@@ -59,7 +59,8 @@ def open_egraph(role: Role = "algebra") -> EGraph:
         return EGraph()
     egraph = free.pop()
     key = id(egraph)
-    _in_use[key] = (weakref.ref(egraph, lambda _: _in_use.pop(key, None)), role)  # an unclosed load's entry goes
+    # an unclosed load's entry goes with it
+    _in_use[key] = (weakref.ref(egraph, lambda _: _in_use.pop(key, None)), role)
     egraph.push()
     return egraph
 
@@ -72,14 +73,14 @@ def close_egraph(egraph: EGraph, role: Role = "algebra") -> None:
     `KEEP` are kept. Registering on close rather than on open spares loads that are never closed (a
     test inspecting its e-graph) the cost of rules they do not run."""
     main = _on_main_thread()
-    ref, kept_role = _in_use.pop(id(egraph), (lambda: None, role))
+    ref, role = _in_use.pop(id(egraph), (lambda: None, role))  # a kept one returns to its own role
     if ref() is egraph and main:
         try:
             egraph.pop()
         except Exception:  # an e-graph an error left unusable is dropped, not kept
             pass
         else:
-            _free[kept_role].append(egraph)
+            _free[role].append(egraph)
             return
     for state in [getattr(egraph, "_state", None), *getattr(egraph, "_state_stack", [])]:
         if state is not None:
