@@ -29,7 +29,8 @@ KEEP = 3  # per role: a search holds one load of each at once; a loop body's sea
 
 
 def _rulesets(schedule: Schedule) -> list[Ruleset]:
-    return [r for r in (schedule.every_iteration, schedule.throttled, schedule.bounded, schedule.fusion) if r is not None]
+    steps = (schedule.every_iteration, schedule.throttled, schedule.bounded, schedule.fusion)
+    return [rules for rules in steps if rules is not None]
 
 
 ROLE_RULESETS: dict[Role, list[Ruleset]] = {
