@@ -20,6 +20,7 @@ from lowering.precompute import PrecomputedProgram
 from service import torch_client
 from service.http.api_models import count_equations, error_status, resolve_hardware
 from service.http.settings import get_settings, request_options
+from service.optimizer.options import OptimizeOptions
 from service.optimizer.progress import listening
 from service.optimizer.response import OptimizeResponse
 from wire.capture import capture, capture_with_trees
@@ -256,12 +257,21 @@ def optimize(fn: Callable[..., Any], *args: Any, server: str | None = None,
     pytree arguments as `fn`. `options` are OptimizeOptions fields (validate=, fp_mode=, ...);
     with a `server`, `progress` is called with the job's status as it changes.
 
-    `fn` may be a PyTorch nn.Module, a function of torch tensors or an ExportedProgram: it is
-    captured here through torch.export (its parameters and buffers as weights) and `.fn` then takes
-    and returns torch tensors; only the wire program travels to a `server`. The optimized program
-    is also checked against PyTorch running the exported graph (`response["torch_validation"]`);
-    one that disagrees raises OptimizeError."""
-    captured = torch_client.capture(fn, args) if torch_client.takes_torch(fn, args) else None
+    `fn` may be a PyTorch nn.Module (a Hugging Face transformers model too), a function of torch
+    tensors or an ExportedProgram: it is captured here through torch.export (parameters as weights,
+    buffers as constants) and `.fn` then takes and returns what the model does (its output
+    dataclass and cache object); only the wire program travels to a `server`. Keyword arguments
+    that are not OptimizeOptions fields are the model's (`attention_mask=`, `use_cache=`,
+    `past_key_values=`). The optimized program is also checked against PyTorch running the
+    exported graph (`response["torch_validation"]`); one that disagrees raises OptimizeError."""
+    model_kwargs = {k: options.pop(k) for k in list(options) if k not in OptimizeOptions.model_fields}
+    if torch_client.takes_torch(fn, (args, model_kwargs)):
+        captured = torch_client.capture(fn, args, model_kwargs)
+    elif model_kwargs:
+        raise TypeError(f"optimize() got keyword arguments that are not OptimizeOptions fields: "
+                        f"{', '.join(sorted(model_kwargs))} (a JAX function's arguments are passed positionally)")
+    else:
+        captured = None
     if captured is None:
         program, in_tree, out_tree = capture_with_trees(fn, *args, weight_argnums=weight_argnums)
     else:

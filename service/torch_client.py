@@ -29,7 +29,8 @@ def takes_torch(fn: Any, args: tuple) -> bool:
 
 
 def capture(fn: Any, args: tuple, kwargs: dict | None = None) -> TorchProgram:
-    """The captured program of a module or function at `args`, or of an ExportedProgram as saved."""
+    """The captured program of a module or function called with `args` and `kwargs`, or of an
+    ExportedProgram as saved."""
     import torch
 
     if isinstance(fn, torch.export.ExportedProgram):
@@ -50,6 +51,7 @@ class TorchFunction:
 
     def __init__(self, program: dict[str, Any], captured: TorchProgram):
         self.program, self.in_spec, self.out_spec = program, captured.in_spec, captured.out_spec
+        self.fixed_leaves, self.call = captured.fixed_leaves, captured.call
         # decided once: walking the program for its dtypes on every call cost more than the call's XLA run
         self._x64 = declares_64_bit(program)
         with x64_when(self._x64):
@@ -60,12 +62,29 @@ class TorchFunction:
         import torch
         from torch.utils import _pytree
 
+        with x64_when(self._x64):  # torch's int64/float64 inputs cross as they are
+            outs = self._run(*self._weights, *[_to_jax(x) for x in self.tensors(args, kwargs)])
+        return _pytree.tree_unflatten([torch.from_dlpack(o) for o in outs], self.out_spec)
+
+    def tensors(self, args: tuple, kwargs: dict[str, Any]) -> list[Any]:
+        """The program's inputs in a call: its tensors, in the exported order (keyword arguments in
+        any order, a transformers model's positional ones bound by name); the values export fixed
+        (flags, sizes) checked equal to the example's."""
+        from torch.utils import _pytree
+
+        if self.call is not None:
+            args, kwargs = (), self.call.bind(args, kwargs)
+        named = self.in_spec.child(1).context if self.in_spec.num_children == 2 else None
+        if named is not None and set(kwargs) <= set(named):  # a dict's pytree spec holds its keys in order
+            kwargs = {k: kwargs[k] if k in kwargs else self.call.default(k) if self.call else None for k in named}
         leaves, spec = _pytree.tree_flatten((args, kwargs))
         if spec != self.in_spec:
             raise TypeError(f"expected inputs structured as the example inputs ({self.in_spec}), got {spec}")
-        with x64_when(self._x64):  # torch's int64/float64 inputs cross as they are
-            outs = self._run(*self._weights, *[_to_jax(x) for x in leaves])
-        return _pytree.tree_unflatten([torch.from_dlpack(o) for o in outs], self.out_spec)
+        for position, value in self.fixed_leaves.items():
+            if leaves[position] != value:
+                raise TypeError(f"the model was optimized with {value!r} as its input {position} (export fixes "
+                                f"values that are not tensors); this call passes {leaves[position]!r}")
+        return [x for k, x in enumerate(leaves) if k not in self.fixed_leaves]
 
 
 def _to_jax(tensor: Any) -> Any:

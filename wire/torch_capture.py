@@ -4,7 +4,7 @@ x64 scoped to the capture so int64 and float64 stay as torch declares them."""
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 import jax
@@ -14,6 +14,7 @@ from wire.aten import OutSpec, is_tensor, load_families
 from wire.aten.nn import Unavailable
 from wire.capture import inline_calls, jaxpr_to_wire
 from wire.format import WireProgram
+from wire.torch_hf import NamedCall, export_pretrained, is_pretrained
 from wire.torch_reference import float64_reference
 
 
@@ -45,6 +46,11 @@ class TorchProgram:
     out_spec: Any
     # PyTorch running the exported graph in float64, as a function of the program's inputs
     reference: Callable[..., list[np.ndarray]] | None = None
+    # the user's inputs that are not tensors (a flag, a size), by position among the input
+    # pytree's leaves: export fixed them, so a call must pass the same values
+    fixed_leaves: dict[int, Any] = field(default_factory=dict)
+    # how a call binds to a transformers model's exported inputs (by forward's names); None: as exported
+    call: NamedCall | None = None
 
 
 def numpy_dtype(dtype: Any) -> np.dtype:
@@ -64,26 +70,36 @@ def to_numpy(tensor: Any) -> np.ndarray:
 
 def export(model: Any, args: Sequence[Any], kwargs: dict | None = None) -> Any:
     """torch.export of an nn.Module or a function of tensors, decomposed to core ATen."""
+    return _export(model, args, kwargs or {})[0]
+
+
+def _export(model: Any, args: Sequence[Any], kwargs: dict) -> tuple[Any, NamedCall | None]:
     import torch
 
     module = model if isinstance(model, torch.nn.Module) else _as_module(model)
     try:
-        exported = torch.export.export(module, tuple(args), kwargs or None)
+        if is_pretrained(model):  # exported as transformers exports it: caches as pytrees, flags fixed
+            exported, call = export_pretrained(model, args, kwargs)
+        else:
+            exported, call = torch.export.export(module, tuple(args), kwargs or None), None
     except Exception as exc:  # torch.export raises many types; each means "cannot be exported"
         reason = str(exc).strip().split("\n")
         raise TorchExportError(f"torch.export cannot export {_describe(model)}: {type(exc).__name__}: "
                                f"{' '.join(line.strip() for line in reason[:6])[:1200]}") from exc
-    return exported.run_decompositions()
+    return exported.run_decompositions(), call
 
 
 def capture_torch(model: Any, *args: Any, **kwargs: Any) -> TorchProgram:
-    """The wire program of `model` (an nn.Module or a function of tensors) at `args`."""
-    return capture_exported(export(model, args, kwargs))
+    """The wire program of `model` (an nn.Module, a transformers model or a function of tensors)
+    called with `args` and `kwargs`."""
+    exported, call = _export(model, args, kwargs)
+    return replace(capture_exported(exported), call=call)
 
 
 def capture_exported(exported: Any) -> TorchProgram:
-    """The wire program of a core-ATen ExportedProgram (e.g. from torch.export.load): parameters and
-    buffers become weight inputs, lifted constants become consts."""
+    """The wire program of a core-ATen ExportedProgram (e.g. from torch.export.load): parameters
+    become weight inputs; buffers (position ids, masks, running statistics) and lifted constants
+    become consts, values of the program that no check draws; non-tensor inputs are fixed."""
     from torch.export.graph_signature import InputKind, OutputKind
 
     sig = exported.graph_signature
@@ -96,26 +112,33 @@ def capture_exported(exported: Any) -> TorchProgram:
                                     "pure inference graphs can be optimized (BatchNorm in training mode "
                                     "does this: call .eval() first)")
     placeholders = [n for n in exported.graph.nodes if n.op == "placeholder"]
-    roles, weights, constants = [], [], {}
+    roles, weights, constants, fixed_leaves = [], [], {}, {}
+    user_inputs = 0
     for spec, node in zip(sig.input_specs, placeholders):
-        if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER) and node.users:
-            source = exported.state_dict if spec.target in exported.state_dict else exported.constants
+        source = exported.state_dict if spec.target in exported.state_dict else exported.constants
+        if spec.kind == InputKind.PARAMETER and node.users:
             roles.append("weight")
             weights.append(to_numpy(source[spec.target]))
-        elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
-            source = exported.state_dict if spec.target in exported.state_dict else exported.constants
-            constants[node.name] = to_numpy(source[spec.target])  # unused (BatchNorm's step counter): no input
-        elif spec.kind == InputKind.CONSTANT_TENSOR:
-            constants[node.name] = to_numpy(exported.constants[spec.target])
+        elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+            constants[node.name] = to_numpy(source[spec.target])
         elif spec.kind == InputKind.USER_INPUT and is_tensor(node.meta.get("val")):
             roles.append("activation")
+            user_inputs += 1
+        elif spec.kind == InputKind.USER_INPUT and _fixable(node.meta.get("val")):
+            constants[node.name] = fixed_leaves[user_inputs] = node.meta.get("val")
+            user_inputs += 1
         else:
-            raise TorchCaptureError(f"input {node.name!r} ({spec.kind.name}) is not a tensor; only tensor "
-                                    "inputs can be captured (pass other values by closing over them)")
+            raise TorchCaptureError(f"input {node.name!r} ({spec.kind.name}) is neither a tensor nor a number; "
+                                    "only those can be captured (pass other values by closing over them)")
     program = graph_to_wire(exported.graph, roles, constants)
     inputs = [n.name for n in placeholders if n.name not in constants]
     return TorchProgram(program, weights, exported.call_spec.in_spec, exported.call_spec.out_spec,
-                        float64_reference(exported.graph_module, inputs, constants))
+                        float64_reference(exported.graph_module, inputs, constants), fixed_leaves)
+
+
+def _fixable(value: Any) -> bool:
+    """A non-tensor input export specialized on: a flag, a number, a string or None."""
+    return value is None or isinstance(value, (bool, int, float, str))
 
 
 def graph_to_wire(graph: Any, roles: Sequence[str], constants: dict[str, Any] | None = None) -> dict:

@@ -35,8 +35,9 @@ def float64_reference(graph_module: Any, input_names: Sequence[str], fixed: dict
     position = {name: i for i, name in enumerate(input_names)}
 
     def run(*inputs: np.ndarray) -> list[np.ndarray]:
-        values = [torch.from_numpy(np.ascontiguousarray(inputs[position[p]] if p in position else fixed[p]))
-                  for p in placeholders]
+        values = [torch.from_numpy(np.ascontiguousarray(inputs[position[p]])) if p in position
+                  else torch.from_numpy(np.ascontiguousarray(fixed[p])) if isinstance(fixed[p], np.ndarray)
+                  else fixed[p] for p in placeholders]  # a fixed flag or number stays as export saw it
         with torch.no_grad():
             outs = Float64(graph_module).run(*[widen(v) for v in values])
         return [o.numpy() for o in torch.utils._pytree.tree_leaves(outs)]

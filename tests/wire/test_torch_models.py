@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch_models import eval_models
 
+from wire.format import ConstSpec, decode_array
 from wire.execute import program_to_callable, typecheck
 from wire.torch_capture import TorchCaptureError, TorchExportError, capture_torch, to_numpy
 
@@ -34,12 +35,15 @@ def test_captured_model_runs_equal_to_torch_eager(name):
         np.testing.assert_allclose(g, to_numpy(e), rtol=1e-4, atol=1e-5)
 
 
-def test_parameters_and_buffers_become_weight_inputs_before_the_user_inputs():
+def test_parameters_become_weight_inputs_and_buffers_constants_of_the_program():
     model, args = MODELS["conv"]
     captured = capture_torch(model, *args)
     roles = [s["role"] for s in captured.program["inputs"]]
-    # conv weight+bias, bn weight+bias+running mean+var, fc weight+bias; the unused step counter is dropped
-    assert roles == ["weight"] * 8 + ["activation"]
+    # conv weight+bias, bn weight+bias, fc weight+bias; the unused step counter is dropped
+    assert roles == ["weight"] * 6 + ["activation"]
+    held = [decode_array(ConstSpec(**c)) for c in captured.program["consts"]]
+    for stat in (to_numpy(model.bn.running_mean), to_numpy(model.bn.running_var)):  # the running statistics are in the program as they are in the module
+        assert any(h.shape == stat.shape and np.array_equal(h, stat) for h in held)
     assert {s["dtype"] for s in captured.program["inputs"]} == {"float32"}
     np.testing.assert_array_equal(captured.weights[0], to_numpy(model.conv.weight))
 
