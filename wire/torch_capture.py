@@ -10,7 +10,8 @@ from typing import Any, Callable, Sequence
 import jax
 import numpy as np
 
-from wire.aten import OutSpec, is_tensor, load_families
+from wire.aten import OutSpec, Unsupported, is_tensor, load_families, numpy_dtype
+from wire.aten.checks import AssertionFailed
 from wire.aten.nn import Unavailable
 from wire.capture import inline_calls, jaxpr_to_wire
 from wire.format import WireProgram
@@ -51,14 +52,6 @@ class TorchProgram:
     fixed_leaves: dict[int, Any] = field(default_factory=dict)
     # how a call binds to a transformers model's exported inputs (by forward's names); None: as exported
     call: NamedCall | None = None
-
-
-def numpy_dtype(dtype: Any) -> np.dtype:
-    """The numpy dtype of a torch dtype (bfloat16 and friends through ml_dtypes, as JAX names them)."""
-    import jax.numpy as jnp
-
-    name = str(dtype).removeprefix("torch.")
-    return np.dtype(bool) if name == "bool" else np.dtype(getattr(jnp, name))
 
 
 def to_numpy(tensor: Any) -> np.ndarray:
@@ -189,7 +182,12 @@ def _interpret(graph: Any, inputs: list, values: Sequence[Any], constants: dict[
             raise UnsupportedAtenOp(op, node.name)
         args = [_available(a, op, node) for a in value(list(node.args))]
         out = _out_spec(node)
-        result = entry.lower(out, *args, **value(dict(node.kwargs)))
+        try:
+            result = entry.lower(out, *args, **value(dict(node.kwargs)))
+        except AssertionFailed as failed:
+            raise TorchCaptureError(f"FX node {node.name!r} ({op}): {failed}") from None
+        except Unsupported as refused:
+            raise UnsupportedAtenOp(op, node.name, str(refused)) from None
         _check(result, out, node)
         env[node] = result
     raise TorchCaptureError("the FX graph has no output node")
@@ -218,7 +216,18 @@ def _out_spec(node: Any) -> OutSpec:
                                     "static shapes (export without dynamic_shapes)")
         specs.append((tuple(int(d) for d in v.shape), numpy_dtype(v.dtype)))
     first = next((s for s in specs if s is not None), ((), np.dtype(np.float32)))
-    return OutSpec(str(node.target), first[0], first[1], tuple(specs), _promoted(node))
+    return OutSpec(str(node.target), first[0], first[1], tuple(specs), _promoted(node), _layout(node))
+
+
+def _layout(node: Any) -> tuple[tuple[int, ...], int] | None:
+    operand = node.args[0] if node.args else None
+    v = operand.meta.get("val") if hasattr(operand, "meta") else None
+    if not is_tensor(v) or not hasattr(v, "stride"):
+        return None
+    try:
+        return tuple(int(s) for s in v.stride()), int(v.storage_offset())
+    except (RuntimeError, TypeError):  # a tensor with no strides (sparse, nested) or symbolic ones
+        return None
 
 
 def _promoted(node: Any) -> np.dtype | None:

@@ -69,6 +69,7 @@ CASES = {
     "aten.repeat.default": lambda g: ((randn(g, 2, 3), [2, 1, 2]), {}),
     "aten.slice_scatter.default": lambda g: ((randn(g, 5, 4), randn(g, 2, 4), 0, 1, 5, 2), {}),
     "aten.select_scatter.default": lambda g: ((randn(g, 5, 4), randn(g, 5), 1, -1), {}),
+    "aten.as_strided.default": lambda g: ((randn(g, 4, 6).t(), [3, 2], [2, 5], 1), {}),
     "aten.tril.default": lambda g: ((randn(g, 4, 5), -1), {}),
     "aten.triu.default": lambda g: ((randn(g, 2, 4, 5), 1), {}),
     # creation
@@ -117,6 +118,7 @@ CASES = {
     "aten.cumprod.default": lambda g: ((positive(g, 3, 5), 0), {}),
     "aten._softmax.default": lambda g: ((randn(g, 3, 5), -1, False), {}),
     "aten._log_softmax.default": lambda g: ((randn(g, 3, 5), 0, False), {}),
+    "aten.linalg_vector_norm.default": lambda g: ((randn(g, 3, 5, 2), 2, [0, 2], True), {}),
     "aten.logsumexp.default": lambda g: ((randn(g, 3, 5), [1]), {}),
     # indexing
     "aten.index.Tensor": lambda g: ((randn(g, 4, 5, 6), [None, ints(g, 5, 3, low=-5), ints(g, 6, 1)]), {}),

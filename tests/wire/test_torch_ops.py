@@ -22,6 +22,8 @@ LOOSE = {"aten.convolution.default", "aten.baddbmm.default", "aten.addmm.default
 # ops whose inputs come from fixed examples in test_torch_elementwise.py rather than CASES
 ELEMENTWISE = {f"aten.{n}.default" for n in UNARY} | {f"aten.{n}" for n in BINARY + INT_BINARY + SCALAR} | {
     "aten.gelu.default", "aten.leaky_relu.default", "aten.hardtanh.default", "aten.elu.default"}
+# assertions compute nothing: tested by what they let through and what they stop (test_torch_checks.py)
+CHECKS = {name for name in load_families() if "assert" in name or "constrain_range" in name or "dep_token" in name}
 
 
 def _overload(name: str):
@@ -46,8 +48,32 @@ def test_transposed_convolution_with_groups_matches_torch():
 
 
 def test_every_table_entry_is_checked_against_torch():
-    unchecked = set(load_families()) - set(CASES) - ELEMENTWISE
+    unchecked = set(load_families()) - set(CASES) - ELEMENTWISE - CHECKS
     assert not unchecked, f"ATen table entries with no test against torch: {sorted(unchecked)}"
+
+
+@pytest.mark.parametrize("ord", [2, 1, 3, 0, float("inf"), float("-inf"), -1.5])
+def test_vector_norm_of_every_order_matches_torch(ord):
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(4, 6, generator=g) * (torch.rand(4, 6, generator=g) > 0.3)  # zeros for the 0-norm to count
+    assert_matches_torch(torch.ops.aten.linalg_vector_norm.default, x, ord, [1], rtol=1e-5)
+
+
+def test_as_strided_in_operand_order_is_a_reshape_and_other_views_a_gather():
+    g = torch.Generator().manual_seed(1)
+    # adaptive pooling's relayout of a 1x1 map reads its operand in order
+    program = assert_matches_torch(torch.ops.aten.as_strided.default, torch.randn(2, 8, 1, 1, generator=g),
+                                   [2, 8, 1, 1], [8, 1, 8, 8])
+    assert {e["op"] for e in program["eqns"]} <= {"reshape"}
+    # overlapping windows of an expanded operand
+    x = torch.randn(5, 1, generator=g).expand(5, 3)
+    program = assert_matches_torch(torch.ops.aten.as_strided.default, x, [3, 2], [1, 1])
+    assert "gather" in [e["op"] for e in program["eqns"]]
+
+
+def test_as_strided_past_its_operands_storage_is_an_error_not_a_wrong_program():
+    with pytest.raises(UnsupportedAtenOp, match="reads storage its operand does not cover"):
+        assert_matches_torch(torch.ops.aten.as_strided.default, torch.randn(4, 6)[:2], [3, 6], [6, 1])
 
 
 def test_an_op_outside_the_table_is_an_error_naming_the_op_and_node():

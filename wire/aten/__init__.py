@@ -23,6 +23,13 @@ class OutSpec:
     # torch's type promotion over the node's tensor and scalar operands (what an elementwise op
     # computes in); None where the operands do not promote
     promoted: np.dtype | None = None
+    # the first operand's strides and storage offset as torch holds it (None when not a tensor):
+    # only an op that reads storage (as_strided) looks at how its operand is laid out
+    layout: tuple[tuple[int, ...], int] | None = None
+
+
+class Unsupported(ValueError):
+    """A lowering refusing arguments it cannot compute exactly; the message says which and why."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,12 @@ def is_tensor(x: Any) -> bool:
     return hasattr(x, "shape") and hasattr(x, "dtype")
 
 
+def numpy_dtype(dtype: Any) -> np.dtype:
+    """The numpy dtype of a torch dtype (bfloat16 and friends through ml_dtypes, as JAX names them)."""
+    name = str(dtype).removeprefix("torch.")
+    return np.dtype(bool) if name == "bool" else np.dtype(getattr(jnp, name))
+
+
 def as_dtype(x: Any, dtype: Any) -> Any:
     """`x` (a tensor or a Python scalar) in `dtype`: scalars become typed constants, tensors get a
     convert only when their dtype differs."""
@@ -76,6 +89,6 @@ def dims(axis: Any, rank: int) -> tuple[int, ...]:
 
 def load_families() -> dict[str, AtenOp]:
     """The whole table: importing the family modules registers their entries."""
-    for family in ("creation", "elementwise", "indexing", "nn", "reductions", "shapes"):
+    for family in ("checks", "creation", "elementwise", "indexing", "nn", "reductions", "shapes"):
         importlib.import_module(f"wire.aten.{family}")
     return ATEN

@@ -87,3 +87,20 @@ def _log_softmax(out, x, dim, half_to_float=False):
 @lowers("aten.logsumexp.default")
 def _logsumexp(out, x, dim, keepdim=False):
     return jax.nn.logsumexp(x, axis=_axes(x, dim), keepdims=keepdim)
+
+
+@lowers("aten.linalg_vector_norm.default")
+def _vector_norm(out, x, ord=2, dim=None, keepdim=False, *, dtype=None):  # noqa: A002 (ATen's name)
+    magnitude = jnp.abs(as_dtype(x, dtype) if dtype is not None else x).astype(out.dtype)
+    axes = _axes(x, dim)
+    if ord == float("inf"):
+        return jnp.max(magnitude, axis=axes, keepdims=keepdim)
+    if ord == float("-inf"):
+        return jnp.min(magnitude, axis=axes, keepdims=keepdim)
+    if ord == 0:  # the count of nonzeros
+        return jnp.sum((magnitude != 0).astype(out.dtype), axis=axes, keepdims=keepdim)
+    if ord == 2:  # torch computes sqrt(sum(|x|^2)); weight norm's is this one
+        return jnp.sqrt(jnp.sum(magnitude * magnitude, axis=axes, keepdims=keepdim))
+    if ord == 1:
+        return jnp.sum(magnitude, axis=axes, keepdims=keepdim)
+    return jnp.sum(magnitude ** ord, axis=axes, keepdims=keepdim) ** (1 / ord)

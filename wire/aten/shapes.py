@@ -3,9 +3,10 @@ padding, flips and repeats. Sizes come from torch's out spec where torch allows 
 from __future__ import annotations
 
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
-from wire.aten import as_dtype, dims, lowers
+from wire.aten import Unsupported, as_dtype, dims, lowers
 
 
 @lowers("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default")
@@ -141,3 +142,25 @@ def _select_scatter(out, x, src, dim, index):
 @lowers("aten.tril.default", "aten.triu.default")
 def _tri(out, x, diagonal=0):
     return (jnp.tril if out.name == "aten.tril.default" else jnp.triu)(x, diagonal)
+
+
+@lowers("aten.as_strided.default")
+def _as_strided(out, x, size, stride, storage_offset=None):
+    # a view of the operand's storage: each element read is found where torch keeps it (from the
+    # operand's strides), so the view is a reshape when it reads the operand in order, else a gather
+    if out.layout is None:
+        raise Unsupported("reads its operand's storage, whose layout torch did not record")
+    if 0 in out.shape:
+        return jnp.zeros(out.shape, x.dtype)
+    strides, offset = out.layout
+    held = offset + sum(np.indices(x.shape)[k] * strides[k] for k in range(x.ndim)).reshape(-1)
+    element_at = np.full(int(held.max(initial=0)) + 1, -1)
+    element_at[held] = np.arange(x.size)  # an expanded operand's repeats hold one value: any of them
+    read = (offset if storage_offset is None else storage_offset) + sum(
+        np.indices(out.shape)[k] * int(stride[k]) for k in range(len(out.shape))).reshape(-1)
+    if read.min(initial=0) < 0 or read.max(initial=0) >= element_at.size or (element_at[read] < 0).any():
+        raise Unsupported("reads storage its operand does not cover")
+    source = element_at[read]
+    if source.size == x.size and (source == np.arange(x.size)).all():
+        return jnp.reshape(x, out.shape)
+    return jnp.take(jnp.reshape(x, -1), jnp.asarray(source)).reshape(out.shape)
