@@ -9,7 +9,7 @@ from typing import Any, Callable
 import numpy as np
 
 from lowering.compare import informative, output_error, tolerance_for
-from lowering.validation_inputs import Draw, InputDraws, random_inputs
+from lowering.validation_inputs import Draw, InputDomain, InputDraws, random_inputs
 from lowering.widen import CannotWiden
 
 # Evaluated in float64, a right rewrite differs from the original only by rounding: about as much
@@ -54,23 +54,23 @@ Evaluate = Callable[[list[np.ndarray], Draw, float], tuple[Outputs, Outputs, Out
 
 
 def judge(program: dict[str, Any], dtypes: list[str], evaluate: Evaluate, verdict: Verdict,
-          trials: int, seed: int, draws: InputDraws | None, positive: frozenset[str] | None = None) -> dict[str, Any]:
-    """Draw inputs for `program` (`DRAWS` in turn; `positive` ones as `random_inputs` says) until
+          trials: int, seed: int, draws: InputDraws | None, domain: InputDomain | None = None) -> dict[str, Any]:
+    """Draw inputs for `program` (`DRAWS` in turn, from `domain` as `random_inputs` says) until
     `trials` of them can tell, comparing the candidate's outputs with the reference's
     (`evaluate`: a whole check's `checked_runs`, or a region check's run)."""
     try:
-        return _judge(program, dtypes, evaluate, verdict, trials, seed, draws, positive)
+        return _judge(program, dtypes, evaluate, verdict, trials, seed, draws, domain)
     except CannotWiden as err:
         return verdict.result("inconclusive", str(err))
 
 
 def _judge(program: dict[str, Any], dtypes: list[str], evaluate: Evaluate, verdict: Verdict,
-           trials: int, seed: int, draws: InputDraws | None, positive: frozenset[str] | None) -> dict[str, Any]:
+           trials: int, seed: int, draws: InputDraws | None, domain: InputDomain | None) -> dict[str, Any]:
     nudge = min(NUDGE.get(d, DEFAULT_NUDGE) for d in dtypes) if dtypes else DEFAULT_NUDGE
     tolerances = [tolerance_for(d, "real") for d in dtypes]
     positions_only = set(range(len(dtypes)))  # outputs with no finite value on every draw that told so far
     for k, (scaled, contraction) in enumerate(DRAWS):
-        args = random_inputs(program, seed + k, scaled, draws, contraction, positive)
+        args = random_inputs(program, seed + k, scaled, draws, contraction, domain)
         refs, results, moved = evaluate(args, Draw(seed + k, scaled, contraction), nudge)
         errors = [output_error(r, c) for r, c in zip(refs, results)]
         spread = [output_error(r, m) for r, m in zip(refs, moved)]

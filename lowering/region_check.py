@@ -11,7 +11,7 @@ import numpy as np
 from lowering.compare import tolerance_for
 from lowering.judge import Verdict, judge
 from lowering.regions import Region, RegionPlan, ValueTable, cone, distinct_checks, find_regions, original_side
-from lowering.validation_inputs import Draw, InputDraws, nudged, nudges, positive_inputs
+from lowering.validation_inputs import Draw, InputDraws, InputDomain, nudged, nudges
 from lowering.widen import CannotWiden, check_jit, float64_callable, widened
 from wire.execute import program_to_callable
 
@@ -144,4 +144,4 @@ def _run_regions(original: dict[str, Any], optimized: dict[str, Any], plan: Regi
                 raise CannotWiden(f"the regions cannot be evaluated in float64: {err}") from err
         return tuple([np.asarray(x) for x in part] for part in outputs)
 
-    return judge(needed, dtypes, evaluate, verdict, trials, seed, draws, positive_inputs(original)) | {"roots": roots}
+    return judge(needed, dtypes, evaluate, verdict, trials, seed, draws, InputDomain.of(original)) | {"roots": roots}

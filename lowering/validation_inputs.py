@@ -10,9 +10,11 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
+from lowering.index_ranges import index_bounds
 from wire.primitives import GEMMS
 
 TRIALS = 2  # input draws that must be able to tell before a program passes
+SMALL_INTEGERS = 4  # integers not used as indices are drawn in [0, 4)
 
 
 def input_scales(program: dict[str, Any]) -> list[float]:
@@ -76,6 +78,19 @@ def _positive_literal(literal: dict[str, Any]) -> bool:
         return float(literal["lit"]) > 0
     except (TypeError, ValueError):
         return False
+
+
+class InputDomain(NamedTuple):
+    """Where inputs are drawn, read off the whole program their values feed (a check of a region
+    draws its inputs as the whole program's check would): the inputs drawn positive, and the
+    exclusive bound of each integer used as an index."""
+
+    positive: frozenset[str]
+    bounds: dict[str, int]
+
+    @classmethod
+    def of(cls, program: dict[str, Any]) -> InputDomain:
+        return cls(positive_inputs(program), index_bounds(program))
 
 
 class Draw(NamedTuple):
@@ -152,16 +167,18 @@ def _stream(seed: int, spec: dict[str, Any], salt: int = 0) -> np.random.Generat
 
 
 def random_inputs(program: dict[str, Any], seed: int, scaled: bool = False, draws: InputDraws | None = None,
-                  contraction: float = 1.0, positive: frozenset[str] | None = None) -> list[np.ndarray]:
+                  contraction: float = 1.0, domain: InputDomain | None = None) -> list[np.ndarray]:
     """Seeded inputs: standard normal floats, with `scaled` divided by sqrt(fan-in) (`input_scales`),
     and every float multiplied by `contraction` (< 1 draws them toward zero, where recurrences and
-    saturating activations stop amplifying differences); the `positive` ones (by default
-    `positive_inputs(program)`) are their absolute values. Integers are small (valid as indices)."""
+    saturating activations stop amplifying differences); the positive ones of `domain` (by default
+    `InputDomain.of(program)`) are their absolute values. An integer used as an index is drawn over
+    the range its uses accept (`index_bounds`: every row of the table it reads); other integers are
+    small (a count, a flag)."""
     draws = draws or InputDraws()
     if draws.stopped.is_set():
         raise Stopped("the check was stopped: its verdict is no longer wanted")
     arrays = []
-    positive = positive_inputs(program) if positive is None else positive
+    positive, bounds = domain or InputDomain.of(program)
     scales = input_scales(program) if scaled else [1.0] * len(program["inputs"])
     for spec, scale in zip(program["inputs"], scales):
         shape, dtype = tuple(spec["shape"]), jax.numpy.dtype(spec["dtype"])
@@ -169,7 +186,8 @@ def random_inputs(program: dict[str, Any], seed: int, scaled: bool = False, draw
         if spec["dtype"] == "bool":
             arrays.append(_stream(seed, spec).random(shape) < 0.5)
         elif np.issubdtype(dtype, np.integer):
-            arrays.append(_stream(seed, spec).integers(0, 4, shape).astype(dtype))
+            high = min(bounds.get(spec["name"], SMALL_INTEGERS), int(np.iinfo(dtype).max) + 1)
+            arrays.append(_stream(seed, spec).integers(0, high, shape).astype(dtype))
         elif dtype in (np.float32, np.float64):
             normal = np.abs(draws.normal(seed, spec)) if spec["name"] in positive else draws.normal(seed, spec)
             arrays.append(normal if scale == 1.0 else normal * dtype.type(scale))
