@@ -4,7 +4,7 @@ rounding explains at the reference's measured sensitivity, and the `Verdict` the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -49,8 +49,23 @@ class Verdict:
 
 
 Outputs = list[np.ndarray]
-# (inputs in their declared types, the draw, nudge) -> (reference's, candidate's, nudged reference's)
-Evaluate = Callable[[list[np.ndarray], Draw, float], tuple[Outputs, Outputs, Outputs]]
+
+
+class Runs(NamedTuple):
+    """One draw's outputs: the reference's, the candidate's, and the original's on the draw nudged
+    (its sensitivity). `original` is the original program's own outputs where the reference is
+    another implementation of it (PyTorch running the model): the two round differently, and what
+    separates them on this draw is allowed on top of rounding (the candidate may stray from the
+    original by rounding, and the original from the reference by that much, and no farther)."""
+
+    reference: Outputs
+    candidate: Outputs
+    nudged: Outputs
+    original: Outputs | None = None
+
+
+# (inputs in their declared types, the draw, nudge) -> what the programs computed there
+Evaluate = Callable[[list[np.ndarray], Draw, float], Runs | tuple[Outputs, Outputs, Outputs]]
 
 
 def judge(program: dict[str, Any], dtypes: list[str], evaluate: Evaluate, verdict: Verdict,
@@ -71,16 +86,18 @@ def _judge(program: dict[str, Any], dtypes: list[str], evaluate: Evaluate, verdi
     positions_only = set(range(len(dtypes)))  # outputs with no finite value on every draw that told so far
     for k, (scaled, contraction) in enumerate(DRAWS):
         args = random_inputs(program, seed + k, scaled, draws, contraction, domain)
-        refs, results, moved = evaluate(args, Draw(seed + k, scaled, contraction), nudge)
+        refs, results, moved, *own = evaluate(args, Draw(seed + k, scaled, contraction), nudge)
+        originals = own[0] if own and own[0] is not None else refs
         errors = [output_error(r, c) for r, c in zip(refs, results)]
-        spread = [output_error(r, m) for r, m in zip(refs, moved)]
+        spread = [output_error(o, m) for o, m in zip(originals, moved)]
+        apart = [0.0 if originals is refs else output_error(r, o) for r, o in zip(refs, originals)]
         # A draw where every output overflowed tells nothing (matching inf positions pass anything); one
         # output with no finite value beside others that have them (a mask of -inf) is compared by
         # its nan/inf positions, and the others tell.
         finite = [informative(r) for r in refs]
         can_tell = (not refs or any(finite)) and all(s <= t for s, t in zip(spread, tolerances))
-        limits = [min(t, max(ROUNDING_FLOOR, ROUNDING_SLACK * s * FLOAT64_ROUNDING / nudge))
-                  for s, t in zip(spread, tolerances)]
+        limits = [min(t, max(ROUNDING_FLOOR, ROUNDING_SLACK * s * FLOAT64_ROUNDING / nudge) + a)
+                  for s, a, t in zip(spread, apart, tolerances)]
         verdict.tried.append({"seed": seed + k, "fan_in_scaled": scaled, "contraction": contraction,
                               "max_rel_error": max(errors, default=0.0), "sensitivity": max(spread, default=0.0),
                               "threshold": max(limits, default=0.0), "can_tell": can_tell})
