@@ -18,7 +18,27 @@ def optu_backend(gm: Any, example_inputs: list[Any], options: dict[str, Any] | N
                  **_: Any) -> Callable[..., Any]:
     """The Dynamo backend: a callable of the graph's flat inputs that optimizes once per input
     signature (shapes, dtypes) and runs the optimized program."""
-    return _SignatureCache(gm, [_is_weight(x) for x in example_inputs], dict(options or {}))
+    return _SignatureCache(_views_as_reshapes(gm), [_is_weight(x) for x in example_inputs], dict(options or {}))
+
+
+def _views_as_reshapes(gm: Any) -> Any:
+    """`gm` with each `view` a `reshape`: the same values, but no demand on strides. Dynamo traced
+    the graph with eager's layouts; traced again to core ATen, an attention that decomposes
+    otherwise hands a view a transposed tensor it cannot view (GPT-2's heads merged back)."""
+    changed = False
+    for node in gm.graph.nodes:
+        if node.op == "call_method" and node.target == "view" and not _is_dtype_view(node):
+            node.target, changed = "reshape", True
+    if changed:
+        gm.recompile()
+    return gm
+
+
+def _is_dtype_view(node: Any) -> bool:
+    """`x.view(torch.int32)` reinterprets bits: not a reshape."""
+    import torch
+
+    return len(node.args) == 2 and isinstance(node.args[1], torch.dtype) or "dtype" in node.kwargs
 
 
 def _is_weight(x: Any) -> bool:

@@ -83,3 +83,33 @@ def test_calling_with_gradients_enabled_is_refused():
     model = torch.nn.Linear(8, 4)
     with pytest.raises(TorchCaptureError, match="torch.no_grad"):
         torch.compile(model, backend="optu")(torch.randn(2, 8))
+
+
+class _FastPaths(torch.nn.Module):
+    """torch.nn's modules written the usual way, whose inference fast paths Dynamo hands over as
+    fused ops: a TransformerEncoder with a padding mask, attention without weights, a bag of words."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        layer = torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True, activation="gelu")
+        self.encoder = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.attention = torch.nn.MultiheadAttention(32, 4, batch_first=True)
+        self.bag = torch.nn.EmbeddingBag(50, 32, mode="mean")
+
+    def forward(self, x, padding, words):
+        h = self.encoder(x, src_key_padding_mask=padding)
+        h = h + self.attention(h, h, h, need_weights=False)[0]
+        return h + self.bag(words)[:, None, :]
+
+
+def test_torch_nns_fused_inference_paths_compile_and_run_equal_to_eager():
+    model, caches = _FastPaths().eval(), []
+    x, words = torch.randn(2, 6, 32), torch.randint(0, 50, (2, 4))
+    padding = torch.tensor([[False] * 4 + [True] * 2, [False] * 6])
+    compiled = torch.compile(model, backend=_recording_backend(caches))
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x, padding, words), model(x, padding, words), rtol=1e-4, atol=1e-5)
+    ops = {e["op"] for cache in caches for r in cache.responses.values() for e in r["program"]["eqns"]}
+    assert "dot_general" in ops  # the fused ops were lowered to their GEMMs, not carried opaque
+    assert all(r["validation"]["status"] in ("passed", "identical") for c in caches for r in c.responses.values())

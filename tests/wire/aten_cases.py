@@ -20,6 +20,13 @@ def ints(g, high, *shape, low=0):
     return torch.randint(low, high, shape, generator=g)
 
 
+def encoder_layer(g, norm_first: bool, gelu: bool, mask=None, mask_type=None) -> tuple:
+    """The arguments of TransformerEncoderLayer's fast path: width 8, 2 heads, feed-forward 16."""
+    return (randn(g, 2, 5, 8), 8, 2, randn(g, 24, 8) / 3, randn(g, 24), randn(g, 8, 8) / 3, randn(g, 8), gelu,
+            norm_first, 1e-5, randn(g, 8), randn(g, 8), randn(g, 8), randn(g, 8), randn(g, 16, 8) / 3, randn(g, 16),
+            randn(g, 8, 16) / 4, randn(g, 8), mask, mask_type)
+
+
 CASES = {
     # matrix products and nn
     "aten.mm.default": lambda g: ((randn(g, 3, 5), randn(g, 5, 4)), {}),
@@ -45,6 +52,15 @@ CASES = {
     "aten.upsample_bilinear2d.vec": lambda g: ((randn(g, 1, 2, 3, 5), [6, 9], False, None), {}),
     "aten.upsample_linear1d.vec": lambda g: ((randn(g, 1, 2, 5), [8], True, None), {}),
     "aten.embedding.default": lambda g: ((randn(g, 10, 4), ints(g, 10, 2, 3)), {}),
+    # torch.nn's fused inference paths
+    "aten._transformer_encoder_layer_fwd.default": lambda g: (encoder_layer(g, norm_first=False, gelu=False), {}),
+    "aten._native_multi_head_attention.default": lambda g: (
+        (randn(g, 2, 5, 8), randn(g, 2, 5, 8), randn(g, 2, 5, 8), 8, 2, randn(g, 24, 8) / 3, randn(g, 24),
+         randn(g, 8, 8) / 3, randn(g, 8), torch.tensor([[False] * 4 + [True], [False] * 5])), {"mask_type": 1}),
+    "aten._embedding_bag.default": lambda g: (
+        (randn(g, 10, 4), ints(g, 10, 9), torch.tensor([0, 2, 2, 6]), False, 1), {"padding_idx": 3}),
+    "aten._embedding_bag_forward_only.default": lambda g: (
+        (randn(g, 10, 4), ints(g, 10, 9), torch.tensor([0, 4, 9]), False, 0, False, randn(g, 9), True), {}),
     # views and movement
     "aten.view.default": lambda g: ((randn(g, 2, 6), [3, -1]), {}),
     "aten._unsafe_view.default": lambda g: ((randn(g, 2, 6), [12]), {}),

@@ -7,7 +7,7 @@ import re
 
 import pytest
 import torch
-from aten_cases import CASES
+from aten_cases import CASES, encoder_layer
 from aten_harness import assert_matches_torch
 from test_torch_elementwise import BINARY, INT_BINARY, SCALAR, UNARY
 
@@ -15,7 +15,8 @@ from wire.aten import load_families
 from wire.torch_capture import UnsupportedAtenOp, capture_torch
 
 # tolerances for ops whose torch kernels sum in another order (GEMMs, convolutions, pools)
-LOOSE = {"aten.convolution.default", "aten.baddbmm.default", "aten.addmm.default", "aten.bmm.default",
+LOOSE = {"aten._transformer_encoder_layer_fwd.default", "aten._native_multi_head_attention.default",
+         "aten._embedding_bag.default", "aten._embedding_bag_forward_only.default", "aten.convolution.default", "aten.baddbmm.default", "aten.addmm.default", "aten.bmm.default",
          "aten.mm.default", "aten.native_group_norm.default", "aten.native_layer_norm.default",
          "aten.upsample_bilinear2d.vec", "aten.upsample_linear1d.vec", "aten._adaptive_avg_pool2d.default",
          "aten.adaptive_avg_pool1d.default", "aten.logsumexp.default", "aten.var.correction", "aten.var.dim"}
@@ -35,9 +36,27 @@ def _overload(name: str):
 def test_aten_op_matches_torch_eager(name):
     args, kwargs = CASES[name](torch.Generator().manual_seed(7))
     tol = {"rtol": 1e-4, "atol": 1e-5} if name in LOOSE else {}
-    # capture does not compute max pooling's indices (selecting them is an error, tested below)
-    outputs = 1 if "max_pool" in name else None
+    # capture does not compute max pooling's indices or an embedding bag's bookkeeping (selecting
+    # them is an error, tested below)
+    outputs = 1 if "max_pool" in name or "embedding_bag" in name else None
     assert_matches_torch(_overload(name), *args, **kwargs, **tol, outputs=outputs)
+
+
+@pytest.mark.parametrize("norm_first, gelu, mask_type", [(True, True, 1), (False, True, 0), (True, False, None)])
+def test_the_encoder_layer_fast_path_matches_torch_with_either_norm_activation_and_mask(norm_first, gelu, mask_type):
+    g = torch.Generator().manual_seed(5)
+    mask = {1: torch.tensor([[False] * 3 + [True] * 2, [False] * 5]), 0: torch.ones(5, 5, dtype=torch.bool).triu(1),
+            None: None}[mask_type]
+    args = encoder_layer(g, norm_first, gelu, mask, mask_type)
+    assert_matches_torch(torch.ops.aten._transformer_encoder_layer_fwd.default, *args, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2])
+def test_embedding_bag_of_every_mode_with_an_empty_bag_matches_torch(mode):
+    g = torch.Generator().manual_seed(6)
+    weight, indices = torch.randn(10, 4, generator=g), torch.randint(0, 10, (7,), generator=g)
+    assert_matches_torch(torch.ops.aten._embedding_bag.default, weight, indices, torch.tensor([0, 3, 3]), False,
+                         mode, outputs=1)
 
 
 def test_transposed_convolution_with_groups_matches_torch():

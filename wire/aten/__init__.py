@@ -89,6 +89,6 @@ def dims(axis: Any, rank: int) -> tuple[int, ...]:
 
 def load_families() -> dict[str, AtenOp]:
     """The whole table: importing the family modules registers their entries."""
-    for family in ("checks", "creation", "elementwise", "indexing", "nn", "reductions", "shapes"):
+    for family in ("checks", "creation", "elementwise", "fused", "indexing", "nn", "reductions", "shapes"):
         importlib.import_module(f"wire.aten.{family}")
     return ATEN

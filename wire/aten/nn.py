@@ -71,7 +71,13 @@ def _batch_norm(out, x, weight, bias, running_mean, running_var, momentum, eps):
 
 @lowers("aten.native_layer_norm.default")
 def _layer_norm(out, x, normalized_shape, weight, bias, eps):
-    axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
+    y, mean, rstd = layer_norm(x, len(normalized_shape), weight, bias, eps)
+    return [y, mean.reshape(out.all[1][0]), rstd.reshape(out.all[2][0])]
+
+
+def layer_norm(x, dims: int, weight, bias, eps: float):
+    """`x` normalised over its last `dims` axes, then scaled and shifted; with its mean and 1/std."""
+    axes = tuple(range(x.ndim - dims, x.ndim))
     mean = jnp.mean(x, axis=axes, keepdims=True)
     centered = x - mean
     rstd = lax.rsqrt(jnp.mean(centered * centered, axis=axes, keepdims=True) + as_dtype(eps, x.dtype))
@@ -80,7 +86,7 @@ def _layer_norm(out, x, normalized_shape, weight, bias, eps):
         y = y * weight
     if bias is not None:
         y = y + bias
-    return [y, mean.reshape(out.all[1][0]), rstd.reshape(out.all[2][0])]
+    return y, mean, rstd
 
 
 @lowers("aten.native_group_norm.default")
