@@ -1,8 +1,12 @@
 """Hugging Face transformers models as their users call them (randomly initialised from small
-configs of their own classes: nothing is downloaded): `optimize(model, **inputs)` captures the model
-with its buffers as constants of the program, validates it, and `.fn` gives back what the model
-does (its output dataclass, its cache) with values equal to eager."""
+configs of their own classes: nothing is downloaded), three representatives of the zoo in
+bench/models/hf_zoo.py (an encoder, a decoder with its KV cache, an audio encoder with a
+weight-norm convolution): through `optimize(model, **inputs)`, `torch.compile(backend="optu")` and
+a real server over HTTP, each validated and giving back what the model gives back (its output
+dataclass, its cache) with values equal to eager."""
 from __future__ import annotations
+
+import copy
 
 import pytest
 import torch
@@ -10,37 +14,104 @@ from torch.utils import _pytree
 
 from bench.models.hf_zoo import build
 from service.client import optimize
+from service.torch_backend import optu_backend
 
 pytestmark = pytest.mark.slow
+REPRESENTATIVES = ["bert", "gpt2", "wav2vec2"]
+VERDICTS = ("passed", "identical")
 
 
 def _assert_equal_to_eager(got, expected):
     assert type(got) is type(expected)
     got_leaves, expected_leaves = _pytree.tree_leaves(got), _pytree.tree_leaves(expected)
-    assert len(got_leaves) == len(expected_leaves)
+    assert len(got_leaves) == len(expected_leaves) > 0
     for g, e in zip(got_leaves, expected_leaves):
         torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
 
 
-def test_an_encoders_registered_buffers_are_constants_and_its_output_dataclass_comes_back():
+def _eager(model, inputs):
+    with torch.no_grad():
+        return model(**copy.deepcopy(inputs))
+
+
+@pytest.mark.parametrize("name", REPRESENTATIVES)
+def test_a_model_is_optimized_in_process_and_gives_back_what_it_gives(name):
+    model, inputs = build(name)
+    result = optimize(model, **inputs, time_limit_s=10)
+    assert result.validation["status"] in VERDICTS
+    assert result.response["torch_validation"]["status"] in VERDICTS
+    with torch.no_grad():
+        _assert_equal_to_eager(result.fn(**inputs), _eager(model, inputs))
+
+
+@pytest.mark.parametrize("name", REPRESENTATIVES)
+def test_a_model_compiles_with_the_optu_backend(name):
+    torch._dynamo.reset()
+    model, inputs = build(name)
+    caches = []
+
+    def backend(gm, example_inputs):
+        caches.append(optu_backend(gm, example_inputs, options={"time_limit_s": 10}))
+        return caches[-1]
+
+    with torch.no_grad():
+        _assert_equal_to_eager(torch.compile(model, backend=backend)(**inputs), _eager(model, inputs))
+    torch._dynamo.reset()
+    responses = [r for cache in caches for r in cache.responses.values()]
+    assert responses and all(r["validation"]["status"] in VERDICTS for r in responses)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", REPRESENTATIVES)
+def test_a_model_is_optimized_by_a_real_server_over_http(server_url, name):
+    model, inputs = build(name)
+    result = optimize(model, **inputs, server=server_url, time_limit_s=10)
+    assert result.validation["status"] in VERDICTS
+    assert result.response["torch_validation"]["status"] in VERDICTS
+    with torch.no_grad():
+        _assert_equal_to_eager(result.fn(**inputs), _eager(model, inputs))
+
+
+def test_an_encoders_registered_buffers_are_constants_of_the_program():
     model, inputs = build("bert")
     result = optimize(model, **inputs, time_limit_s=10)
     activations = [s for s in result.program["inputs"] if s["role"] == "activation"]
     # token_type_ids and position_ids are buffers: only the token ids are drawn (an out-of-table
     # token type made the check crash before)
     assert [(s["shape"], s["dtype"]) for s in activations] == [([2, 16], "int64")]
-    assert result.validation["status"] in ("passed", "identical")
     with torch.no_grad():
-        _assert_equal_to_eager(result.fn(**inputs), model(**inputs))
         other = {"input_ids": torch.randint(3, 512, (2, 16), generator=torch.Generator().manual_seed(1))}
-        _assert_equal_to_eager(result.fn(**other), model(**other))
-        _assert_equal_to_eager(result.fn(other["input_ids"]), model(other["input_ids"]))  # bound by name
+        _assert_equal_to_eager(result.fn(**other), _eager(model, other))
+        _assert_equal_to_eager(result.fn(other["input_ids"]), _eager(model, other))  # bound by name
+
+
+def test_a_decode_step_takes_and_gives_back_the_kv_cache():
+    model, inputs = build("gpt2")
+    cache = _eager(model, inputs).past_key_values
+    step = {"input_ids": inputs["input_ids"][:, -1:], "past_key_values": cache}
+    result = optimize(model, **copy.deepcopy(step), time_limit_s=10)
+    assert result.validation["status"] in VERDICTS
+    with torch.no_grad():
+        out = result.fn(**copy.deepcopy(step))
+    assert type(out.past_key_values) is type(cache)
+    _assert_equal_to_eager(out, _eager(model, step))
 
 
 def test_a_setting_the_program_fixed_is_checked_on_each_call():
     model, inputs = build("bert")
     fn = optimize(model, **inputs, return_dict=False, time_limit_s=5).fn
     with torch.no_grad():
-        _assert_equal_to_eager(fn(**inputs, return_dict=False), model(**inputs, return_dict=False))
+        _assert_equal_to_eager(fn(**inputs, return_dict=False), _eager(model, {**inputs, "return_dict": False}))
     with pytest.raises(TypeError, match="return_dict=False"):
         fn(**inputs, return_dict=True)
+
+
+def test_a_model_that_does_not_export_is_an_error_naming_the_reason():
+    from wire.torch_capture import TorchExportError
+
+    class DataDependent(torch.nn.Module):
+        def forward(self, x):
+            return x * 2 if x.sum() > 0 else x - 1
+
+    with pytest.raises(TorchExportError, match="DataDependent"):
+        optimize(DataDependent(), torch.randn(3), time_limit_s=5)
