@@ -50,6 +50,7 @@ bench: $(STAMP)
 	$(PY) -m bench.queue_load
 	$(PY) -m bench.image
 	$(PY) -m bench.torch_zoo
+	$(PY) -m bench.hf_models
 
 # The service image (both roles: `optu serve`, `optu worker`); on host-network-only machines the
 # build itself must use the host network too.

@@ -199,10 +199,13 @@ def observably_equivalent(original: Program, mutant: Program, draws: int = 4) ->
     return True
 
 
-def mutation_score(original: Program, optimized: Program, count: int = 20) -> dict[str, Any]:
-    """Validation's verdict on each mutant of `optimized` against `original`. `caught`: failed;
-    `score`: caught over the mutants that are not `observably_equivalent` (`raw_score`: over all)."""
-    verdicts = [(what, mutant, validate(original, mutant)["status"]) for what, mutant in mutants(optimized, count)]
+def mutation_score(original: Program, optimized: Program, count: int = 20,
+                   verdict: Callable[[Program], dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The verdict on each mutant of `optimized` (by default validation's against `original`; or
+    another reference's, such as PyTorch's run of the model). `caught`: failed; `score`: caught
+    over the mutants that are not `observably_equivalent` (`raw_score`: over all)."""
+    verdict = verdict or (lambda mutant: validate(original, mutant))
+    verdicts = [(what, mutant, verdict(mutant)["status"]) for what, mutant in mutants(optimized, count)]
     caught = sum(status == "failed" for _, _, status in verdicts)
     equivalent = {what for what, mutant, status in verdicts if status != "failed" and observably_equivalent(original, mutant)}
     distinct = len(verdicts) - len(equivalent)

@@ -229,3 +229,19 @@ def test_torch_zoo_benchmark_writes_every_number(tmp_path):
     latency = row["cpu_latency_s"]
     assert all(latency[k] > 0 for k in ("optu_fn", "torch_eager", "exported_graph_module"))
     assert latency["torch_compile_inductor"] is not None or "inductor_error" in latency
+
+
+@pytest.mark.slow
+def test_hf_models_benchmark_writes_every_path_and_the_mutants_verdicts(tmp_path):
+    from bench import hf_models
+
+    out = tmp_path / "hf_models.json"
+    status = hf_models.main(["--models", "distilbert", "--mutants", "3", "--time-limit-s", "3", "--no-http",
+                             "--output", str(out), "--no-readme"])
+    row = json.loads(out.read_text())["rows"][0]
+    assert status == 0 and row["model"] == "distilbert" and "http" not in row
+    for path in ("optimize", "torch_compile"):
+        assert row[path]["validation"] in ("passed", "identical") and row[path]["rel_error_vs_eager"] <= 1e-4
+    assert row["optimize"]["torch_validation"] in ("passed", "identical")
+    mutation = row["mutation_vs_torch"]
+    assert mutation["mutants"] == 3 and not mutation["wrongly_passed"]
