@@ -31,12 +31,16 @@ class ZooModel:
     inputs: Callable[[torch.Generator], dict[str, torch.Tensor]]
 
     def build(self) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
-        """The model, seeded and in eval mode, and its example inputs (seeded too)."""
+        """The model, seeded and in eval mode, and its example inputs (seeded too). Its cache
+        classes are registered as pytrees, as the library's exporter registers them, so its
+        outputs (a DynamicCache too) flatten to their tensors and compare leaf by leaf."""
         import transformers
+        from transformers.exporters.exporter_dynamo import register_cache_pytrees_for_model
 
         torch.manual_seed(0)
         config = getattr(transformers, self.config_class)(**self.config)
         model = getattr(transformers, self.model_class)(config).eval()
+        register_cache_pytrees_for_model(model)
         return model, self.inputs(torch.Generator().manual_seed(0))
 
 
