@@ -84,13 +84,14 @@ def _judge(program: dict[str, Any], dtypes: list[str], evaluate: Evaluate, verdi
     nudge = min(NUDGE.get(d, DEFAULT_NUDGE) for d in dtypes) if dtypes else DEFAULT_NUDGE
     tolerances = [tolerance_for(d, "real") for d in dtypes]
     positions_only = set(range(len(dtypes)))  # outputs with no finite value on every draw that told so far
+    domain = domain or InputDomain.of(program)  # read off the program once, not per draw
     for k, (scaled, contraction) in enumerate(DRAWS):
         args = random_inputs(program, seed + k, scaled, draws, contraction, domain)
-        refs, results, moved, *own = evaluate(args, Draw(seed + k, scaled, contraction), nudge)
-        originals = own[0] if own and own[0] is not None else refs
+        refs, results, moved, own = Runs(*evaluate(args, Draw(seed + k, scaled, contraction), nudge))
+        originals = refs if own is None else own
         errors = [output_error(r, c) for r, c in zip(refs, results)]
         spread = [output_error(o, m) for o, m in zip(originals, moved)]
-        apart = [0.0 if originals is refs else output_error(r, o) for r, o in zip(refs, originals)]
+        apart = [0.0 if own is None else output_error(r, o) for r, o in zip(refs, originals)]
         # A draw where every output overflowed tells nothing (matching inf positions pass anything); one
         # output with no finite value beside others that have them (a mask of -inf) is compared by
         # its nan/inf positions, and the others tell.
