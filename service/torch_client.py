@@ -95,7 +95,7 @@ def _to_jax(tensor: Any) -> Any:
             return jax.dlpack.from_dlpack(t)
         except (TypeError, RuntimeError, ValueError):  # dtypes DLPack cannot carry (e.g. some fp8)
             pass
-    return jax.numpy.asarray(np.ascontiguousarray(to_numpy(t)))
+    return jax.numpy.asarray(np.require(to_numpy(t), requirements="C"))  # a 0-d tensor stays 0-d
 
 
 def validate_against_torch(captured: TorchProgram, optimized: dict[str, Any], seed: int = 0) -> dict[str, Any]:

@@ -35,8 +35,9 @@ def float64_reference(graph_module: Any, input_names: Sequence[str], fixed: dict
     position = {name: i for i, name in enumerate(input_names)}
 
     def run(*inputs: np.ndarray) -> list[np.ndarray]:
-        values = [torch.from_numpy(np.ascontiguousarray(inputs[position[p]])) if p in position
-                  else torch.from_numpy(np.ascontiguousarray(fixed[p])) if isinstance(fixed[p], np.ndarray)
+        # np.require, not np.ascontiguousarray: that makes a 0-d array 1-d (a scalar buffer's shape lost)
+        values = [torch.from_numpy(np.require(inputs[position[p]], requirements="C")) if p in position
+                  else torch.from_numpy(np.require(fixed[p], requirements="C")) if isinstance(fixed[p], np.ndarray)
                   else fixed[p] for p in placeholders]  # a fixed flag or number stays as export saw it
         with torch.no_grad():
             outs = Float64(graph_module).run(*[widen(v) for v in values])

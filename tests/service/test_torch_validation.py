@@ -70,3 +70,21 @@ def test_what_two_frameworks_round_apart_is_allowed_and_a_wrong_program_within_t
     assert all(d["threshold"] < 1e-6 for d in verdict["draws"])
     wrong = validate_against_torch(captured, _scaled_output(optimized, 1 + 2**-20))
     assert wrong["status"] == "failed", wrong["reason"]
+
+
+def test_a_scalar_buffer_keeps_its_shape_in_the_pytorch_reference():
+    # a sliding-window cache returns its window size as a 0-d tensor: the reference once read it 1-d
+    class WithScalarBuffer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("window", torch.tensor(8))
+
+        def forward(self, x):
+            return x * 2, self.window.clone()
+
+    model, x = WithScalarBuffer().eval(), torch.randn(3, 4)
+    result = optimize(model, x, time_limit_s=3)
+    assert result.response["torch_validation"]["status"] in ("passed", "identical")
+    doubled, window = result.fn(x)
+    assert window.shape == () and int(window) == 8
+    torch.testing.assert_close(doubled, x * 2)
