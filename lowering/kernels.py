@@ -299,18 +299,3 @@ def gemm_flops(program: dict[str, Any], profile: HardwareProfile) -> float:
         else:
             total += sum(bodies)
     return total
-
-
-def lower_bound(programs: list[dict[str, Any]], profile: HardwareProfile) -> Estimate:
-    """Hardware floor: the least GEMM work among equivalent programs at the optical cores' peak
-    rate, overlapped with reading each per-call input and writing each output once."""
-    g = profile.gemm
-    peak = 2.0 * g.rows * g.cols * g.clock_hz * g.cores
-    flops = min(gemm_flops(p, profile) for p in programs)
-    program, avals = programs[0], avals_of(programs[0])
-    static = static_names(program, profile.kernel.precompute_weights)
-    moved = sum(nbytes(avals[i["name"]]) for i in program["inputs"] if i["name"] not in static)
-    moved += sum(nbytes(avals[o]) for o in program["outputs"] if isinstance(o, str))
-    hbm_s = moved / profile.memory.hbm_bw_bytes_per_s
-    compute_s = flops / peak
-    return Estimate(max(compute_s, hbm_s), 0.0, moved, flops, "memory" if hbm_s > compute_s else "optical")

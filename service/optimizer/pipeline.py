@@ -13,7 +13,8 @@ from typing import Any
 
 from costmodel.extract import Extraction
 from costmodel.profile import HardwareProfile, resolve_profile
-from lowering.kernels import CONVENTIONAL, NAIVE, POLICIES, KernelProgram, build_kernel_program, lower_bound
+from lowering.kernels import CONVENTIONAL, NAIVE, POLICIES, KernelProgram, build_kernel_program
+from lowering.lower_bound import lower_bound
 from lowering.listing import kernel_listing
 from lowering.validate import identical, validate, validate_pieces
 from rewrites.registry import NamedRule
@@ -93,7 +94,7 @@ def _optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | 
     # no loop was rewritten first
     provenance = found.provenance if candidate is found.candidate and nested == program else {}
     return _response(identity, profile, candidate, lowered, baseline,
-                     _estimates(profile, naive, baseline, lowered, [program, candidate]),
+                     _estimates(profile, naive, baseline, lowered, [program, written, candidate]),
                      validation, _report(found, fusion_report, timings, notes, control_flow, program, candidate),
                      provenance)
 
@@ -105,7 +106,8 @@ def original_response(program: dict[str, Any], hardware: str | dict | HardwarePr
     start = time.perf_counter()
     profile = resolve_profile(hardware)
     naive = build_kernel_program(program, profile, NAIVE)
-    baseline = build_kernel_program(baseline_program(program, options.rules)[0], profile, CONVENTIONAL)
+    written = baseline_program(program, options.rules)[0]
+    baseline = build_kernel_program(written, profile, CONVENTIONAL)
     original = build_kernel_program(program, profile, CONVENTIONAL)
     report = {"rewrites": {},
               "egraph": {"enodes": None, "eclasses": None, "iterations": None, "stop_reason": "time_limit"},
@@ -114,7 +116,7 @@ def original_response(program: dict[str, Any], hardware: str | dict | HardwarePr
               "timings_s": {"fallback": round(time.perf_counter() - start, 6)},
               "notes": [note], "control_flow": None}
     return _response(canonical_request_id(program, profile, options), profile, program, original, baseline,
-                     _estimates(profile, naive, baseline, original, [program]), identical(), report)
+                     _estimates(profile, naive, baseline, original, [program, written]), identical(), report)
 
 
 def _response(identity: str, profile: HardwareProfile, program: dict[str, Any], lowered: KernelProgram,

@@ -57,7 +57,9 @@ class Estimates(_Open):
                                                               "once per weight set (not in `optimized`)")
     speedup_vs_baseline: float = Field(description="baseline time / optimized time")
     speedup_vs_naive: float | None = Field(None, description="naive time / optimized time")
-    lower_bound: CostEstimate = Field(description="the hardware floor for the program's essential work")
+    lower_bound: CostEstimate = Field(description="a floor under every program this request can return (the "
+                                                  "optimized, the baseline's, the original): per resource the least "
+                                                  "they need per call; `bound` names the one that binds")
 
 
 class Draw(_Open):

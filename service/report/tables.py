@@ -8,7 +8,7 @@ from service.report.style import BOUND_LABELS, seconds, size
 
 ESTIMATES = (("naive", "naive: one kernel per equation"), ("baseline", "baseline: conventional compiler"),
              ("optimized", "optimized"), ("precompute", "precompute: once per weight set"),
-             ("lower_bound", "lower bound: the hardware floor"))
+             ("lower_bound", "lower bound: no returned program is faster"))
 
 
 def estimate_rows(estimate: dict[str, Any]) -> list[dict[str, str]]:
