@@ -17,7 +17,7 @@ from scipy.stats import spearmanr
 
 from costmodel.calibrate import Probe, time_probes
 from costmodel.profile import load_profile
-from lowering.kernels import CONVENTIONAL, build_kernel_program
+from lowering.kernels import baseline_kernels, build_kernel_program
 from lowering.runnable import kernel_subprogram
 from service.optimizer.pipeline import baseline_program, optimize
 from wire.execute import program_to_callable
@@ -37,7 +37,7 @@ def program_kernels(name: str, program: dict[str, Any], values: Sequence[Any],
     written = baseline_program(program)[0]
     optimized = optimize(program, profile, {"validate": False})["program"]
     found = []
-    for kind, source, kp in (("baseline", written, build_kernel_program(written, profile, CONVENTIONAL)),
+    for kind, source, kp in (("baseline", written, baseline_kernels(written, profile)),
                              ("optimized", optimized, build_kernel_program(optimized, profile))):
         env = dict(zip((i["name"] for i in source["inputs"]), values))
         for phase, kernels in (("precompute", kp.precompute), ("per_call", kp.kernels)):

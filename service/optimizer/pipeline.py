@@ -13,7 +13,7 @@ from typing import Any
 
 from costmodel.extract import Extraction
 from costmodel.profile import HardwareProfile, resolve_profile
-from lowering.kernels import CONVENTIONAL, NAIVE, POLICIES, KernelProgram, build_kernel_program
+from lowering.kernels import NAIVE, POLICIES, KernelProgram, baseline_kernels, build_kernel_program
 from lowering.lower_bound import lower_bound
 from lowering.listing import kernel_listing
 from lowering.validate import identical, validate, validate_pieces
@@ -75,7 +75,7 @@ def _optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | 
                                                                        extra_rules=extra_rules))
         with stage(timings, "lower"):
             naive = build_kernel_program(program, profile, NAIVE)
-            baseline = build_kernel_program(written, profile, CONVENTIONAL)
+            baseline = baseline_kernels(written, profile)
             candidate, lowered, fusion_report = _kernels(found, written, baseline, profile, notes)
         with stage(timings, "validate"):
             if not options.validate_result:
@@ -89,7 +89,7 @@ def _optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | 
             if validation["status"] == "failed":
                 notes.append("validation failed; returning the original program (rules fired: "
                              + ", ".join(found.saturation.rules_fired) + ")")
-                candidate, lowered = program, build_kernel_program(program, profile, CONVENTIONAL)
+                candidate, lowered = program, baseline_kernels(program, profile)
     # the e-graph's record of what each value stands for names the searched program's values: the request's when
     # no loop was rewritten first
     provenance = found.provenance if candidate is found.candidate and nested == program else {}
@@ -107,8 +107,8 @@ def original_response(program: dict[str, Any], hardware: str | dict | HardwarePr
     profile = resolve_profile(hardware)
     naive = build_kernel_program(program, profile, NAIVE)
     written = baseline_program(program, options.rules)[0]
-    baseline = build_kernel_program(written, profile, CONVENTIONAL)
-    original = build_kernel_program(program, profile, CONVENTIONAL)
+    baseline = baseline_kernels(written, profile)
+    original = baseline_kernels(program, profile)
     report = {"rewrites": {},
               "egraph": {"enodes": None, "eclasses": None, "iterations": None, "stop_reason": "time_limit"},
               "extraction": {"method": None, "cost_s": None, "optimality_gap": None, "status": "not run"},

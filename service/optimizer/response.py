@@ -50,8 +50,9 @@ class Kernel(_Open):
 class Estimates(_Open):
     hardware: str = Field(description="the hardware profile estimated against")
     naive: CostEstimate = Field(description="one kernel per equation, no rewrites")
-    baseline: CostEstimate = Field(description="a conventional compiler on the same hardware: fusion, sibling "
-                                               "fusion, GEMM chaining and weight precompute, no algebraic rewrites")
+    baseline: CostEstimate = Field(description="a conventional compiler on the same hardware, the cheapest of its "
+                                               "policies (fusion, sibling fusion, GEMM chaining) with weight "
+                                               "precompute, no algebraic rewrites")
     optimized: CostEstimate = Field(description="the returned program's kernels")
     precompute: CostEstimate | None = Field(None, description="weight-only work of the returned program, run "
                                                               "once per weight set (not in `optimized`)")

@@ -90,6 +90,15 @@ def test_matmul_chain_is_reassociated_where_the_cost_model_says_it_pays():
     assert response["validation"]["status"] == "identical"  # value numbering: one chain of the same factors
 
 
+@pytest.mark.parametrize("profile", ["optu-v1", "gpu-roofline", "cpu-host"])
+def test_a_program_no_rewrite_improves_gains_nothing_over_the_best_conventional_grouping(profile):
+    """Sibling fusion puts exp(x) beside the first GEMM, which blocks the GEMM reading it on one-GEMM
+    kernels; vertical fusion alone does better, and the baseline is credited with it."""
+    big = np.ones((512, 512), np.float32)
+    program = capture(lambda y, w, x, w3: (y @ w, jnp.exp(x) @ w3), big, big, big, big, weight_argnums=(1, 3))
+    assert optimize(program, profile)["estimate"]["speedup_vs_baseline"] == pytest.approx(1.0)
+
+
 def test_weight_only_matmul_chain_is_precomputed_once():
     fn, args = ZOO["matmul_chain"]()
     response = optimize(capture(fn, *args, weight_argnums=WEIGHT_ARGNUMS["matmul_chain"]))
