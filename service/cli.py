@@ -56,7 +56,7 @@ def _worker(args: argparse.Namespace) -> int:
     # unique even among containers on one host network, where every worker is pid 1 of one hostname
     name = args.name or f"optu-{uuid.uuid4().hex[:8]}@{socket.gethostname()}"
     worker = QueueWorker(settings.queue_url, Timing(settings.queue_visibility_timeout_s), settings.job_ttl_s,
-                         settings.deadline_grace_s, name)
+                         settings.deadline_grace_s, name, settings.warm_up)
     return worker.serve(settings.log_level)
 
 

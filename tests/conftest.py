@@ -4,7 +4,8 @@ through the pipeline, hypothesis over the rules). Everything else is `unit`, and
 held to it: starting a subprocess there fails the test.
 
 `make test` runs the suite on two pytest-xdist processes: each has Redis databases and a result
-cache directory of its own, and the container tests all run on one of them (one image build)."""
+cache directory of its own, and the container tests all run on one of them (one image build).
+Under CI a skip is a failure."""
 from __future__ import annotations
 
 import multiprocessing.process
@@ -26,6 +27,22 @@ WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
 # Servers the tests start (and Settings made without a cache_dir) cache results here, not in the
 # checkout, and apart from the other test process's.
 os.environ.setdefault("OPTU_CACHE_DIR", tempfile.mkdtemp(prefix="optu-test-cache-"))
+# Their workers start without the warm-up optimization, so they are ready in seconds however loaded
+# the machine is (the warm-up has tests of its own: tests/service/optimizer/test_warm_up.py).
+os.environ.setdefault("OPTU_WARM_UP", "false")
+
+
+# Under CI (.ci/run exports CI=true) nothing may skip: a test that cannot run there fails, saying why.
+IN_CI = os.environ.get("CI") == "true"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    report = outcome.get_result()
+    if IN_CI and report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome, report.longrepr = "failed", f"skipped under CI=true, where nothing may skip: {reason}"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -134,7 +134,7 @@ async def _lifespan(app: FastAPI):
     runs (a TestClient used outside `with`), requests are optimized in-process on a thread."""
     settings: Settings = app.state.settings
     if settings.workers > 0:
-        app.state.pool = WorkerPool(settings.workers, settings.queue_depth, settings.deadline_grace_s)
+        app.state.pool = WorkerPool(settings.workers, settings.queue_depth, settings.deadline_grace_s, settings.warm_up)
         await app.state.pool.start()
     try:
         yield

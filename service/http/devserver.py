@@ -24,11 +24,12 @@ def free_port() -> int:
 
 @contextmanager
 def running_server(settings: dict[str, str] | None = None, *, ready_path: str = "/healthz",
-                   timeout_s: float = 60.0, drop: tuple[str, ...] = (),
+                   timeout_s: float = 300.0, drop: tuple[str, ...] = (),
                    quiet: bool = False) -> Iterator[tuple[str, subprocess.Popen]]:
     """(url, process) of `uvicorn service.http.app:app` with extra OPTU_* `settings` (and the variables
     in `drop` removed), once `ready_path` answers 200; stopped on exit. Importing JAX in a cold
-    process (and in each spawned worker) takes seconds, hence the generous timeout."""
+    process (and in each spawned worker) takes seconds, more on a loaded machine: `timeout_s` is
+    only a hang guard."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in drop}
     env.update({"PYTHONPATH": str(REPO_ROOT), **(settings or {})})
@@ -55,7 +56,7 @@ def running_server(settings: dict[str, str] | None = None, *, ready_path: str = 
         stop(proc)
 
 
-def start_workers(names: list[str], settings: dict[str, str], timeout_s: float = 180.0) -> list[subprocess.Popen]:
+def start_workers(names: list[str], settings: dict[str, str], timeout_s: float = 300.0) -> list[subprocess.Popen]:
     """`optu worker --name NAME` processes with the OPTU_* `settings` (OPTU_QUEUE_URL among them),
     returned once each has announced itself on the queue (its child process warm)."""
     import redis

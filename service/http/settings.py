@@ -34,6 +34,9 @@ class Settings(BaseSettings):
     queue_url: str | None = None  # redis://host:port/db: jobs go to `optu worker` processes through Celery
     queue_visibility_timeout_s: float = 30.0  # a job whose worker is lost runs again after about this long
     deadline_grace_s: float = 5.0  # a worker past time limit + grace is killed and replaced
+    # A worker's first optimization runs before it takes requests (service/optimizer/warm_up.py), so
+    # the first request is as fast as the tenth; off, a worker is ready as soon as it has imported JAX.
+    warm_up: bool = True
     cache_dir: str = ".optu-cache"  # embedded SQLite cache lives here
     cache_url: str | None = None  # redis://host:port/db to share the cache between replicas
     api_token: str | None = None  # when set, /v1/* requires Authorization: Bearer <token>

@@ -47,10 +47,12 @@ class _Running:
 class QueueWorker:
     """One consumer of the job queue at `url` and the warm child process its jobs run in."""
 
-    def __init__(self, url: str, timing: Timing, result_ttl_s: float, deadline_grace_s: float, name: str):
+    def __init__(self, url: str, timing: Timing, result_ttl_s: float, deadline_grace_s: float, name: str,
+                 warm_up: bool = True):
         self.app = queue_app(url, timing, result_ttl_s)
         self.redis = redis.Redis.from_url(url, decode_responses=True)
         self.timing, self.result_ttl_s, self.deadline_grace_s, self.name = timing, result_ttl_s, deadline_grace_s, name
+        self.warm_up = warm_up
         self._child: WorkerProcess | None = None
         self._running: _Running | None = None
         self._stopped = threading.Event()
@@ -134,7 +136,7 @@ class QueueWorker:
             pipe.zrem(ACTIVE, keys.job_id).execute()
 
     def _fresh_child(self) -> WorkerProcess:
-        child = WorkerProcess()
+        child = WorkerProcess(warm_up=self.warm_up)
         if not child.wait_ready(READY_TIMEOUT_S):
             child.kill()
             raise RuntimeError("the worker's child process did not start")

@@ -103,21 +103,25 @@ def _exit_with(parent_pid: int) -> None:
     os._exit(1)
 
 
-def _worker_main(conn) -> None:
+def _worker_main(conn, warm: bool = True) -> None:
     """Entry point of a worker process: serve jobs from `conn` until None or the pipe closes. A job
-    carries everything the pipeline needs (options resolved by the app): workers read no settings."""
+    carries everything the pipeline needs (options resolved by the app): workers read no settings.
+    `warm`: run the warm-up optimization first."""
     # Ctrl-C in a terminal reaches the whole process group; the parent decides when workers stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_exit_with, args=(os.getppid(),), name="optu-parent-watch", daemon=True).start()
     import jax
 
     jax.default_backend()  # initialise the backend now, not inside the first request's deadline
+    warmed = False
     try:
-        warm_up(pipeline.optimize)
+        if warm:
+            warm_up(pipeline.optimize)
+            warmed = True
     except Exception:  # a cold worker still serves; the failure will show in its first request too
         log.exception("worker warm-up failed")
     settle_start_up_heap()
-    conn.send(("ready", os.getpid()))
+    conn.send(("ready", os.getpid(), warmed))
     while True:
         try:
             job = conn.recv()
@@ -139,17 +143,22 @@ def _worker_main(conn) -> None:
 class WorkerProcess:
     """One warm worker process and the parent's end of its pipe (spawned: JAX is not fork-safe)."""
 
-    def __init__(self, ctx=None):
+    def __init__(self, ctx=None, warm_up: bool = True):
         ctx = ctx or multiprocessing.get_context("spawn")
         self.conn, child = ctx.Pipe()
         # daemon: multiprocessing kills the worker if the server exits without calling stop()
-        self.process = ctx.Process(target=_worker_main, args=(child,), name="optu-worker", daemon=True)
+        self.process = ctx.Process(target=_worker_main, args=(child, warm_up), name="optu-worker", daemon=True)
         self.process.start()
         child.close()  # only the worker holds it now, so its death shows up as EOF here
+        self.warmed = False
 
     def wait_ready(self, timeout_s: float) -> bool:
+        """Whether the worker came up within `timeout_s`; `warmed` then says if its warm-up ran."""
         try:
-            return self.conn.poll(timeout_s) and self.conn.recv()[0] == "ready"
+            if not self.conn.poll(timeout_s):
+                return False
+            kind, _, self.warmed = self.conn.recv()
+            return kind == "ready"
         except (EOFError, OSError):
             return False
 
@@ -212,8 +221,9 @@ class WorkerPool:
     request may run for its time limit + `deadline_grace_s`. Use from one event loop: `await
     start()` in the app lifespan, `await submit(...)` per request, `await stop()` at exit."""
 
-    def __init__(self, workers: int, queue_depth: int, deadline_grace_s: float):
+    def __init__(self, workers: int, queue_depth: int, deadline_grace_s: float, warm_up: bool = True):
         self.workers, self.queue_depth, self.deadline_grace_s = workers, queue_depth, deadline_grace_s
+        self.warm_up = warm_up
         self.restarts = 0  # workers replaced after a deadline kill or an unexpected death
         self._ctx = multiprocessing.get_context("spawn")
         # One thread per in-flight exchange and per worker being started: never more than this.
@@ -262,7 +272,7 @@ class WorkerPool:
         loop = asyncio.get_running_loop()
         while not self._stopping:
             try:
-                worker = await loop.run_in_executor(self._threads, WorkerProcess, self._ctx)
+                worker = await loop.run_in_executor(self._threads, WorkerProcess, self._ctx, self.warm_up)
             except Exception:  # e.g. out of processes; keep trying, readiness reports the gap
                 log.exception("could not start a worker process; retrying")
                 await asyncio.sleep(RESPAWN_BACKOFF_S)

@@ -2,7 +2,6 @@
 their output kept for the failure message, and the image built from the working tree."""
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -26,12 +25,9 @@ def docker(*args: str, timeout: float = 600, check: bool = True) -> subprocess.C
 
 
 def engine_or_skip() -> None:
-    """Skip (fail under CI=true) unless a Docker engine answers."""
+    """Skip unless a Docker engine answers (under CI=true a skip fails: tests/conftest.py)."""
     if not (shutil.which("docker") and docker("info", timeout=60, check=False).returncode == 0):
-        why = "no Docker engine answers (../shared/container/engine.sh starts one)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(why)
-        pytest.skip(why)
+        pytest.skip("no Docker engine answers (../shared/container/engine.sh starts one)")
 
 
 def build_image() -> str:

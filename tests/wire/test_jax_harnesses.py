@@ -1,11 +1,14 @@
 """JAX's own primitive test harnesses (every group, two cases each, spread over the group) through
 capture -> optimize -> run: each case either comes back validated and computing what JAX computes,
 or is refused with an error naming the primitive and the reason, which the HTTP API answers as a
-422. Nothing else: no crash, no other exception, no wrong answer."""
+422. Nothing else: no crash, no other exception, no wrong answer. The refused primitives are the
+README's list: a newly refused one fails here."""
 from __future__ import annotations
 
 import collections
+import re
 import warnings
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -21,6 +24,11 @@ from wire.format import WireError
 pytestmark = pytest.mark.slow  # about 260 programs through the whole pipeline
 
 PER_GROUP = 2
+# The primitives the README says are refused, each with the words it names it by.
+REFUSED = {"random_seed": "typed PRNG keys", "reduce": "`reduce` with a Python computation",
+           "select_and_scatter_add": "`select_and_scatter_add`", "select_and_gather_add": "`select_and_gather_add`",
+           "iota_2x32_shape": "`iota_2x32_shape`"}
+README = Path(__file__).resolve().parents[2] / "README.md"
 GROUPS: dict[str, list] = collections.defaultdict(list)
 for _harness in test_harnesses.all_harnesses:
     GROUPS[_harness.group_name].append(_harness)
@@ -63,7 +71,9 @@ def test_a_jax_primitive_harness_round_trips_validated_or_is_refused_naming_the_
         try:
             response = optimize(capture(harness.dyn_fun, *args), None, {"time_limit_s": 5})
         except WireError as err:
-            assert "primitive '" in str(err), f"{harness.name}: {err}"
+            named = re.findall(r"primitive '([^']+)'", str(err))
+            assert named, f"{harness.name}: {err}"
+            assert set(named) <= set(REFUSED), f"{harness.name}: newly refused {named}: {err}"
             assert error_status(err)[0] == 422
             continue
         assert response["validation"]["status"] in ("passed", "identical", "inconclusive"), \
@@ -72,3 +82,8 @@ def test_a_jax_primitive_harness_round_trips_validated_or_is_refused_naming_the_
         assert len(got) == len(want), harness.name
         for have, expected in zip(got, want):
             assert_same(np.asarray(have), expected)
+
+
+def test_the_readme_names_every_refused_primitive():
+    refused = re.search(r"Refused today:(.*?)\.\n", README.read_text(), re.S).group(1)
+    assert [words for words in REFUSED.values() if words not in " ".join(refused.split())] == []

@@ -38,7 +38,7 @@ def pool_server(tmp_path_factory):
                 "OPTU_MAX_TENSOR_ELEMENTS": str(MAX_ELEMENTS), "OPTU_LOG_LEVEL": "WARNING",
                 "OPTU_CACHE_DIR": str(tmp_path_factory.mktemp("cache"))}
     # the server and two spawned workers each import JAX
-    with running_server(settings, ready_path="/readyz", timeout_s=90, drop=("OPTU_API_TOKEN",)) as server:
+    with running_server(settings, ready_path="/readyz", drop=("OPTU_API_TOKEN",)) as server:
         yield server
 
 

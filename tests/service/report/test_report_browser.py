@@ -14,7 +14,7 @@ pytestmark = pytest.mark.integration
 
 # The distribution's browser (make install puts it there); Playwright must not fetch its own.
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-RENDER_TIMEOUT_MS = 60_000  # a hang guard on a loaded machine, not a timing
+HANG_GUARD_MS = 300_000  # for every page step: a loaded machine takes its time; this is not a timing
 
 
 def test_report_shows_a_bar_per_kernel_and_laid_out_graphs_without_errors_or_network(server_url, program,
@@ -29,12 +29,14 @@ def test_report_shows_a_bar_per_kernel_and_laid_out_graphs_without_errors_or_net
         browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.set_default_timeout(HANG_GUARD_MS)
+            page.set_default_navigation_timeout(HANG_GUARD_MS)
             page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
             page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
             page.on("request", lambda request: requested.append(request.url))
             assert page.goto(url).status == 200
             for chart in ("timeline", "roofline"):
-                page.wait_for_selector(f"#{chart}[data-rendered=true]", timeout=RENDER_TIMEOUT_MS)
+                page.wait_for_selector(f"#{chart}[data-rendered=true]")
             bars = page.locator("#timeline .mark-rect path")
             assert bars.count() == len(result["kernels"])
             assert all(bars.nth(i).bounding_box()["width"] > 0 for i in range(bars.count()))
