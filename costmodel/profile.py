@@ -153,7 +153,8 @@ class HardwareProfile(_Section):
     name: Annotated[str, Field(min_length=1)]
     description: str
     # The least estimated speedup over the baseline worth returning: below it the estimates cannot
-    # tell the programs apart (a measured profile's error), and the original is returned unchanged.
+    # tell the programs apart (a measured profile's error), and the baseline's program is returned
+    # (the original as a conventional compiler simplifies it).
     min_speedup: Annotated[float, Field(ge=1.0)] = 1.0
     gemm: GemmUnit
     vector: VectorUnit

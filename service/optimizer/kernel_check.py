@@ -34,7 +34,7 @@ def program_kernels(name: str, program: dict[str, Any], values: Sequence[Any],
     groups) and as optimized on `profile_name`; the probe times the kernel on the values the
     program computes from `values`."""
     profile = load_profile(profile_name)
-    written = baseline_program(program)[0]
+    written = baseline_program(program)
     optimized = optimize(program, profile, {"validate": False})["program"]
     found = []
     for kind, source, kp in (("baseline", written, baseline_kernels(written, profile)),

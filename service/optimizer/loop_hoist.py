@@ -13,9 +13,11 @@ import copy
 from itertools import count
 from typing import Any
 
+from costmodel.kernel_cost import VIEW_OPS
 from costmodel.profile import HardwareProfile
 from lowering.kernels import avals_of, build_kernel_program
 from rewrites.chain_order import PLAIN_MATMUL
+from wire.primitives import GEMMS
 
 
 def hoist_scan_projections(program: dict[str, Any]) -> tuple[dict[str, Any], int]:
@@ -44,6 +46,24 @@ def hoist_if_cheaper(program: dict[str, Any], profile: HardwareProfile) -> tuple
     if n and build_kernel_program(hoisted, profile).total.time_s < build_kernel_program(program, profile).total.time_s:
         return hoisted, n
     return program, 0
+
+
+def scan_projections(program: dict[str, Any]) -> int:
+    """GEMMs of `program` whose values its scans read step by step (directly or through views, a
+    slice of a merged GEMM among them): input projections that run over every step before the loop."""
+    producer = {o["name"]: eqn for eqn in program["eqns"] for o in eqn["out"]}
+    found = set()
+    for eqn in program["eqns"]:
+        if eqn["op"] != "scan":
+            continue
+        first = int(eqn["params"].get("num_consts", 0)) + int(eqn["params"].get("num_carry", 0))
+        for operand in eqn["in"][first:]:
+            source = producer.get(operand) if isinstance(operand, str) else None
+            while source is not None and source["op"] in VIEW_OPS and isinstance(source["in"][0], str):
+                source = producer.get(source["in"][0])
+            if source is not None and source["op"] in GEMMS:
+                found.add(id(source))
+    return len(found)
 
 
 def _hoist(scan: dict[str, Any], fresh) -> list[dict[str, Any]]:

@@ -20,22 +20,23 @@ from lowering.validate import identical, validate, validate_pieces
 from rewrites.registry import NamedRule
 from service.optimizer.background_validation import BackgroundValidation
 from service.optimizer.control_flow import nested_program_count, optimize_nested
-from service.optimizer.loop_hoist import hoist_scan_projections
+from service.optimizer.loop_hoist import hoist_scan_projections, scan_projections
 from service.optimizer.loop_invariants import tidy_loops
 from service.optimizer.options import OptimizeOptions
 from service.optimizer.partition import find_pieces, search_pieces
 from service.optimizer.request_key import canonical_request_id
 from service.optimizer.response import typed
 from service.optimizer.search import Search, budget, search, stage
+from service.optimizer.simplify import simplify
 from wire.execute import typecheck
 from wire.precision import declared_precision
 
 
-def baseline_program(program: dict[str, Any], rules: bool = True) -> tuple[dict[str, Any], int]:
-    """The program the baseline is priced on, and what the optimizer starts from: loops tidied as a
-    conventional compiler does too (XLA's while-loop invariant motion and simplifier), where rules
-    run at all; and how many equations left a loop."""
-    return tidy_loops(program) if rules else (program, 0)
+def baseline_program(program: dict[str, Any], rules: bool = True) -> dict[str, Any]:
+    """The program the baseline is priced on: simplified and its loops tidied as a conventional
+    compiler does too (XLA's CSE and algebraic simplifier, its while-loop invariant motion), where
+    rules run at all. The search also holds it, so its kernels are always a choice."""
+    return simplify(tidy_loops(program)[0]) if rules else program
 
 
 def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | None = None,
@@ -57,10 +58,11 @@ def _optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | 
         typecheck(program)
     notes: list[str] = []
     with stage(timings, "control_flow"):  # bodies first; `program` stays the validation reference
-        written, moved = baseline_program(program, options.rules)
-        if moved:
-            notes.append(f"moved {moved} loop-invariant equation(s) out of loop bodies")
-        nested, others, control_flow, remaining = _loops(written, profile, options, notes, extra_rules)
+        # the search starts from the program with its loops tidied (its rules find what simplify does, and
+        # say so); the baseline is priced on it simplified as well
+        tidied, moved = tidy_loops(program) if options.rules else (program, 0)
+        written = simplify(tidied) if options.rules else program
+        nested, others, control_flow, remaining = _loops(tidied, profile, options, extra_rules)
         options = options.model_copy(update={"time_limit_s": remaining})
     with stage(timings, "partition"):
         pieces = find_pieces(nested) if options.rules else None
@@ -90,6 +92,8 @@ def _optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | 
                 notes.append("validation failed; returning the original program (rules fired: "
                              + ", ".join(found.saturation.rules_fired) + ")")
                 candidate, lowered = program, baseline_kernels(program, profile)
+    if candidate is not program:  # what the returned program holds that the request did not
+        notes[:0] = _loop_notes(moved, scan_projections(candidate) - scan_projections(written))
     # the e-graph's record of what each value stands for names the searched program's values: the request's when
     # no loop was rewritten first
     provenance = found.provenance if candidate is found.candidate and nested == program else {}
@@ -106,7 +110,7 @@ def original_response(program: dict[str, Any], hardware: str | dict | HardwarePr
     start = time.perf_counter()
     profile = resolve_profile(hardware)
     naive = build_kernel_program(program, profile, NAIVE)
-    written = baseline_program(program, options.rules)[0]
+    written = baseline_program(program, options.rules)
     baseline = baseline_kernels(written, profile)
     original = baseline_kernels(program, profile)
     report = {"rewrites": {},
@@ -131,16 +135,16 @@ def _response(identity: str, profile: HardwareProfile, program: dict[str, Any], 
             "report": report, "provenance": provenance or {}, "cache": "miss"})
 
 
-def _loops(written: dict[str, Any], profile: HardwareProfile, options: OptimizeOptions,
-           notes: list[str], extra_rules: Sequence[NamedRule]) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]], float]:
+def _loops(tidied: dict[str, Any], profile: HardwareProfile, options: OptimizeOptions,
+           extra_rules: Sequence[NamedRule]) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]], float]:
     """Loop bodies optimized through the whole pipeline, with and without the scans' per-step
     input projections hoisted into one GEMM over every step (real mode), the loops' new invariants
     (a weight concatenated in a body) moved out again; the cheaper under the baseline's policy is
     searched, the other joins the kernel e-graph. Bodies share the request's time limit; what they
     leave of it is returned for the search."""
-    variants = [(written, 0)]
+    variants = [(tidied, 0)]
     if options.rules and options.fp_mode == "real":
-        hoisted, count = hoist_scan_projections(written)
+        hoisted, count = hoist_scan_projections(tidied)
         variants += [(hoisted, count)] if count else []
     limit, started = budget(options).time_limit_s, time.perf_counter()
     share = limit / (1 + sum(nested_program_count(v) for v, _ in variants))
@@ -150,10 +154,18 @@ def _loops(written: dict[str, Any], profile: HardwareProfile, options: OptimizeO
         nested, report = optimize_nested(variant, lambda body: optimize(body, profile, body_options, extra_rules))
         done.append((tidy_loops(nested)[0] if options.rules else nested, count, report))
     best = min(done, key=lambda d: build_kernel_program(d[0], profile).total.time_s)
-    if best[1]:
-        notes.append(f"hoisted {best[1]} loop-invariant GEMM(s) out of scan bodies")
     remaining = max(share, limit - (time.perf_counter() - started))
     return best[0], [d[0] for d in done if d is not best], best[2], remaining
+
+
+def _loop_notes(moved: int, hoisted: int) -> list[str]:
+    """Notes on the loops of a returned program derived from the request (every program the search
+    holds has its loops tidied); `hoisted`: scan input projections it runs before the loop that the
+    baseline's program runs in the body."""
+    notes = [f"moved {moved} loop-invariant equation(s) out of loop bodies"] if moved else []
+    if hoisted > 0:
+        notes.append(f"hoisted {hoisted} scan input projection GEMM(s) out of the loop body: one GEMM over every step")
+    return notes
 
 
 def _kernels(found: Search, written: dict[str, Any], baseline: KernelProgram, profile: HardwareProfile,

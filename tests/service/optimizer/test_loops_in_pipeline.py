@@ -1,6 +1,7 @@
 """Loops through the whole pipeline: invariant work leaves the loop, the per-step input projection
-becomes one GEMM over every step, the result is validated, and loop bodies share the request's
-time limit instead of each getting all of it."""
+becomes one GEMM over every step, the result is validated, the report's notes say what the
+returned program holds, and loop bodies share the request's time limit instead of each getting
+all of it."""
 from __future__ import annotations
 
 import pytest
@@ -10,6 +11,7 @@ import numpy as np
 from jax import lax
 
 from service.optimizer import pipeline
+from test_debug import TANH_IS_IDENTITY
 from wire.capture import capture
 
 pytestmark = pytest.mark.slow  # whole programs through the pipeline
@@ -39,7 +41,17 @@ def test_the_scaling_leaves_the_loop_and_the_input_projection_becomes_one_gemm_o
     assert projection["out"][0]["shape"] == [32, 64, 256]  # every step's x_t @ wx at once
     assert response["validation"]["status"] == "passed"
     assert response["estimate"]["speedup_vs_baseline"] > 1.0
-    assert any("loop-invariant" in note for note in response["report"]["notes"])
+    notes = response["report"]["notes"]
+    assert any("moved 1 loop-invariant" in note for note in notes)  # wh * 0.5
+    assert any("hoisted 1 scan input projection" in note for note in notes)  # the one `projection` above
+
+
+def test_a_result_that_failed_validation_claims_no_move_of_the_original_it_returns():
+    args = _arrays((4, 8, 16), (16, 16), (16, 16), (8, 16))
+    program = capture(lambda *a: jnp.tanh(_rnn(*a)[0]), *args, weight_argnums=(1, 2))
+    response = pipeline.optimize(program, "optu-v1", {"fp_mode": "real"}, extra_rules=[TANH_IS_IDENTITY])
+    assert response["validation"]["status"] == "failed" and response["program"] == program
+    assert not any("moved" in note or "hoisted" in note for note in response["report"]["notes"])
 
 
 def test_loop_bodies_share_the_requests_time_limit(monkeypatch):

@@ -27,10 +27,10 @@ def _assert_never_worse(program: dict, profile: str) -> None:
     assert estimate["optimized"]["time_s"] <= baseline * (1 + 1e-9)
     assert response["validation"]["status"] in ("passed", "identical")
     assert estimate["lower_bound"]["time_s"] <= min(estimate["optimized"]["time_s"], baseline)
-    if "egraph_s" in fusion:  # a search ran: its kernels, not the fallback, are at or below the baseline
+    if "egraph_s" in fusion:  # a search ran: its own kernels, not a fallback, are at or below the baseline
         # ("min_speedup": a gain too small for the profile to trust returns the baseline's program)
         assert fusion["chosen"] != "baseline", response["report"]["notes"]
-        assert min(fusion["egraph_s"], estimate["optimized"]["time_s"]) <= baseline * (1 + 1e-9)
+        assert fusion["egraph_s"] <= baseline * (1 + 1e-9)
 
 
 @pytest.mark.parametrize("profile", PROFILES)

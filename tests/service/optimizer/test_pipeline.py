@@ -15,7 +15,7 @@ from wire_examples import VALIDATED
 
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
 from costmodel.profile import load_profile, with_overrides
-from service.optimizer.pipeline import optimize
+from service.optimizer.pipeline import baseline_program, optimize
 from service.optimizer.response import OptimizeResponse
 from wire.capture import capture
 from wire.execute import program_to_callable
@@ -180,7 +180,8 @@ def test_a_search_on_another_thread_leaves_no_egraph_for_this_thread_to_drop():
     assert not [m for m in dropped_elsewhere if "unsendable" in m]
 
 
-def test_a_gain_below_the_profiles_min_speedup_returns_the_original():
+def test_a_gain_below_the_profiles_min_speedup_returns_the_baselines_program():
+    """The program a conventional compiler would run: the original, simplified as XLA simplifies."""
     fn, args = ZOO["rnn_unrolled"]()
     program = capture(fn, *args, weight_argnums=WEIGHT_ARGNUMS["rnn_unrolled"])
     gained = optimize(copy.deepcopy(program), "optu-v1")
@@ -188,7 +189,8 @@ def test_a_gain_below_the_profiles_min_speedup_returns_the_original():
     assert gained["program"] != program and speedup > 1.05
     optu = load_profile("optu-v1")
     demanding = optimize(copy.deepcopy(program), with_overrides(optu, {"min_speedup": speedup * 1.01}))
-    assert demanding["program"] == program and demanding["estimate"]["speedup_vs_baseline"] == 1.0
+    assert demanding["program"] == baseline_program(program) != program  # its zero broadcasts shared
+    assert demanding["estimate"]["speedup_vs_baseline"] == 1.0
     assert any("min_speedup" in note for note in demanding["report"]["notes"])
     enough = optimize(copy.deepcopy(program), with_overrides(optu, {"min_speedup": speedup * 0.99}))
     assert enough["program"] == gained["program"]
