@@ -230,6 +230,7 @@ def _ratio(reference: KernelProgram, optimized: KernelProgram) -> float:
 
 def _estimates(profile: HardwareProfile, naive: KernelProgram, baseline: KernelProgram,
                optimized: KernelProgram, programs: list[dict]) -> dict[str, Any]:
+    floor = lower_bound(programs, profile)
     return {
         "hardware": profile.name,
         "naive": naive.total.to_dict(),
@@ -238,5 +239,6 @@ def _estimates(profile: HardwareProfile, naive: KernelProgram, baseline: KernelP
         "precompute": optimized.precompute_total.to_dict(),
         "speedup_vs_baseline": _ratio(baseline, optimized),
         "speedup_vs_naive": _ratio(naive, optimized),
-        "lower_bound": lower_bound(programs, profile).to_dict(),
+        "optimized_over_bound": optimized.total.time_s / floor.time_s if floor.time_s else None,
+        "lower_bound": {**floor.to_dict(), "binding": floor.bound},
     }

@@ -26,6 +26,11 @@ class CostEstimate(_Open):
     bound: Bound = Field(description="what limits the time: " + ", ".join(BOUNDS))
 
 
+class LowerBound(CostEstimate):
+    binding: Bound = Field(description="the resource whose floor binds: memory, launch, or the compute's own "
+                                       "(optical, weight_load, vector)")
+
+
 class Buffer(_Open):
     name: str = Field(description="the wire program's variable")
     shape: list[int] = Field(description="dimensions")
@@ -58,7 +63,9 @@ class Estimates(_Open):
                                                               "once per weight set (not in `optimized`)")
     speedup_vs_baseline: float = Field(description="baseline time / optimized time")
     speedup_vs_naive: float | None = Field(None, description="naive time / optimized time")
-    lower_bound: CostEstimate = Field(description="a floor under every program this request can return (the "
+    optimized_over_bound: float | None = Field(None, description="optimized time / lower bound time: how far the "
+                                                                 "returned kernels are from the floor")
+    lower_bound: LowerBound = Field(description="a floor under every program this request can return (the "
                                                   "optimized, the baseline's, the original): per resource the least "
                                                   "they need per call; `bound` names the one that binds")
 

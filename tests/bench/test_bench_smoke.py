@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from bench import assumptions, ceiling, cpu_speed, never_worse, run, speed, time_limits
+from bench import assumptions, ceiling, cpu_speed, lower_bound, never_worse, run, speed, time_limits
 from bench.models.registry import LARGE, MODELS, RNN_AND_CHAINS, SMALL, build
 from bench.models.variants import MODELS_WITH_ALTERNATIVES, alternatives
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
@@ -55,6 +55,7 @@ def test_quality_benchmark_reports_every_number_and_writes_its_files(tmp_path):
         else:
             assert row["validation"]["status"] == "passed" and row["validation"]["tolerance"]["float32"] > 0
         assert row["speedup_vs_baseline"] >= 1.0  # by the optimizer's own estimate
+        assert row["kernels_only_speedup"] >= 1.0 and row["optimized_over_bound"] >= 1.0
         assert row["optimized"]["kernels"] >= 1 and {"saturate", "extract", "validate"} <= set(row["timings_s"])
     summary = result["summary"]
     assert summary["errors"] == 0 and summary["geomean_speedup_vs_baseline"] >= 1.0
@@ -179,6 +180,15 @@ def test_never_worse_benchmark_reports_each_profile(tmp_path):
     for profile in ("optu-v1", "cpu-host"):
         assert row[profile]["speedup_vs_baseline"] >= 1.0 and row[profile]["validation"] in ("passed", "identical")
     assert "below 1.00x anywhere: none" in never_worse.table([row], ["optu-v1", "cpu-host"], run.machine())
+
+
+def test_lower_bound_benchmark_counts_the_programs_where_the_bound_held(tmp_path):
+    out = tmp_path / "lower_bound.json"
+    summaries = lower_bound.main(["--profiles", "gpu-roofline", "--examples", "1", "--out", str(out), "--no-readme"])
+    summary = summaries["gpu-roofline"]
+    assert summary["programs"] == summary["held"] == 6  # one of each family
+    assert summary["geomean_optimized_over_bound"] >= 1.0
+    assert "| gpu-roofline | 6 | 6 |" in lower_bound.table(summaries, run.machine())
 
 
 def test_calibrate_checks_the_new_profile_on_the_kernels_of_given_programs(tmp_path, capsys):

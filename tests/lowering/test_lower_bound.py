@@ -6,10 +6,10 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from generated_programs import FAMILIES
 from hypothesis import HealthCheck, given, settings
 from jax import lax
 
+from bench.models.generated import FAMILIES
 from costmodel.profile import load_profile
 from lowering.kernels import CONVENTIONAL, NAIVE, SIBLINGS, VERTICAL, build_kernel_program
 from lowering.lower_bound import lower_bound

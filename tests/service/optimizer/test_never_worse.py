@@ -6,9 +6,9 @@ lower bound is at or below both."""
 from __future__ import annotations
 
 import pytest
-from generated_programs import FAMILIES
 from hypothesis import HealthCheck, given, settings
 
+from bench.models.generated import FAMILIES
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
 from service.optimizer.pipeline import optimize
 from wire.capture import capture

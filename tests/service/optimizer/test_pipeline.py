@@ -47,6 +47,8 @@ def test_zoo_estimates_are_complete_and_never_slower_than_baseline(zoo_case):
         assert est[key]["time_s"] > 0
     assert est["optimized"]["time_s"] <= est["baseline"]["time_s"] <= est["naive"]["time_s"]
     assert est["lower_bound"]["time_s"] <= est["optimized"]["time_s"]
+    assert est["optimized_over_bound"] == pytest.approx(est["optimized"]["time_s"] / est["lower_bound"]["time_s"])
+    assert est["lower_bound"]["binding"] in {"weight_load", "optical", "vector", "memory", "launch"}
     assert est["speedup_vs_baseline"] == pytest.approx(est["baseline"]["time_s"] / est["optimized"]["time_s"])
     for kernel in response["kernels"]:
         assert {"id", "kind", "ops", "inputs", "outputs", "tiling", "estimate"} <= set(kernel)
