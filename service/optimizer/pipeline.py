@@ -142,20 +142,20 @@ def _loops(tidied: dict[str, Any], profile: HardwareProfile, options: OptimizeOp
     (a weight concatenated in a body) moved out again; the cheaper under the baseline's policy is
     searched, the other joins the kernel e-graph. Bodies share the request's time limit; what they
     leave of it is returned for the search."""
-    variants = [(tidied, 0)]
+    variants = [tidied]
     if options.rules and options.fp_mode == "real":
         hoisted, count = hoist_scan_projections(tidied)
-        variants += [(hoisted, count)] if count else []
+        variants += [hoisted] if count else []
     limit, started = budget(options).time_limit_s, time.perf_counter()
-    share = limit / (1 + sum(nested_program_count(v) for v, _ in variants))
+    share = limit / (1 + sum(nested_program_count(v) for v in variants))
     body_options = options.model_copy(update={"time_limit_s": share})
     done = []
-    for variant, count in variants:
+    for variant in variants:
         nested, report = optimize_nested(variant, lambda body: optimize(body, profile, body_options, extra_rules))
-        done.append((tidy_loops(nested)[0] if options.rules else nested, count, report))
+        done.append((tidy_loops(nested)[0] if options.rules else nested, report))
     best = min(done, key=lambda d: build_kernel_program(d[0], profile).total.time_s)
     remaining = max(share, limit - (time.perf_counter() - started))
-    return best[0], [d[0] for d in done if d is not best], best[2], remaining
+    return best[0], [d[0] for d in done if d is not best], best[1], remaining
 
 
 def _loop_notes(moved: int, hoisted: int) -> list[str]:
