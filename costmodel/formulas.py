@@ -180,8 +180,7 @@ def kernel_estimate(
     if min(compute_time_s, compute_energy_j, flops, hbm_bytes) < 0:
         raise ValueError("kernel times, energies, flops and bytes must be >= 0")
     hbm_time_s = memory_time(p, hbm_bytes)
-    k = p.kernel
-    launch_s = k.launch_overhead_s + max(0, inputs - 1) * k.input_overhead_s + max(0, outputs - 1) * k.output_overhead_s
+    launch_s = launch_time(p, inputs, outputs)
     if launch_s > compute_time_s and launch_s > hbm_time_s:
         bound = "launch"
     elif hbm_time_s > compute_time_s:
@@ -195,6 +194,12 @@ def kernel_estimate(
         flops=flops,
         bound=bound,
     )
+
+
+def launch_time(p: HardwareProfile, inputs: int = 1, outputs: int = 1) -> float:
+    """A kernel's launch, and the set-up of each input and output buffer beyond the first of each."""
+    k = p.kernel
+    return k.launch_overhead_s + max(0, inputs - 1) * k.input_overhead_s + max(0, outputs - 1) * k.output_overhead_s
 
 
 def sum_estimates(parts: list[Estimate]) -> Estimate:

@@ -13,10 +13,11 @@ folds them into their readers.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Literal
 
 from costmodel.egraph_view import BodyNode, EClass, EGraphView, ENode, closed_bottom_up
-from costmodel.formulas import Estimate, kernel_estimate
+from costmodel.formulas import Estimate, kernel_estimate, launch_time, memory_time
 from costmodel.node_equation import LEAF_OPS, node_equation
 from costmodel.op_cost import FREE_OPS, Aval, OpCost, nbytes, op_cost
 from costmodel.profile import HardwareProfile
@@ -31,11 +32,40 @@ VIEW_OPS = FREE_OPS | {"slice"}
 VIEW_TERMS = frozenset(["reshape", "broadcast", "squeeze", "expand_dims", "slice"])  # term ops lowered to VIEW_OPS
 
 
+@dataclass(frozen=True)
+class ResourceTimes:
+    """A kernel's time by resource: its ops' compute, its HBM traffic, its launch. The kernel takes
+    max(compute, memory) + launch, so a program of kernels takes at least max(sum of compute, sum
+    of memory) + sum of launches."""
+
+    compute_s: float
+    memory_s: float
+    launch_s: float
+
+    def __add__(self, other: ResourceTimes) -> ResourceTimes:
+        return ResourceTimes(self.compute_s + other.compute_s, self.memory_s + other.memory_s,
+                             self.launch_s + other.launch_s)
+
+
+NO_TIME = ResourceTimes(0.0, 0.0, 0.0)
+
+
+def _boundary_bytes(profile: HardwareProfile, read_bytes: int, write_bytes: int, intermediate_bytes: int) -> int:
+    return read_bytes + write_bytes + 2 * max(0, intermediate_bytes - profile.memory.sram_bytes)
+
+
+def fused_times(profile: HardwareProfile, parts: list[OpCost], read_bytes: int, write_bytes: int,
+                intermediate_bytes: int, inputs: int = 1, outputs: int = 1) -> ResourceTimes:
+    """`fused_estimate`'s kernel by resource."""
+    hbm = _boundary_bytes(profile, read_bytes, write_bytes, intermediate_bytes)
+    return ResourceTimes(sum(c.time_s for c in parts), memory_time(profile, hbm), launch_time(profile, inputs, outputs))
+
+
 def fused_estimate(profile: HardwareProfile, parts: list[OpCost], read_bytes: int, write_bytes: int,
                    intermediate_bytes: int, inputs: int = 1, outputs: int = 1) -> Estimate:
     """One kernel: its ops' compute, the HBM bytes crossing its boundary (over `inputs` and
     `outputs` buffers), and intermediates that do not fit in SRAM going out and back."""
-    hbm = read_bytes + write_bytes + 2 * max(0, intermediate_bytes - profile.memory.sram_bytes)
+    hbm = _boundary_bytes(profile, read_bytes, write_bytes, intermediate_bytes)
     compute = sum(c.time_s for c in parts)
     bound = max(parts, key=lambda c: c.time_s).bound if compute > 0 else "vector"
     return kernel_estimate(profile, compute, sum(c.energy_j for c in parts), sum(c.flops for c in parts), hbm, bound,
@@ -150,6 +180,7 @@ class NodeCoster:
         # A plain node's estimate depends only on what `_plain_estimate` reads; an e-graph holds
         # many nodes alike (an 80-matmul chain's orders: 75k nodes, a few thousand distinct).
         self.plain_estimates: dict[tuple, Estimate] = {}
+        self.plain_times: dict[tuple, ResourceTimes] = {}
 
     def aval(self, cid: str) -> Aval:
         cls = self.view.classes[cid]
@@ -167,14 +198,36 @@ class NodeCoster:
     def __call__(self, node: ENode) -> float:
         if node.op in LEAF_OPS:
             return 0.0
-        if node.op == "tee_out" or (node.op != "opaque" and all(c in self.static for c in node.children)):
+        if self._free(node):
             return NODE_EPSILON_S  # a tee_out's kernel pays its write
         ops = len(node.body_ops) if node.op in KERNEL_OPS else 1
-        # An opaque primitive runs once for all its outputs (one node each): each pays its share.
-        shares = len(self.table.get(node.attrs[1])["out"]) if node.op == "opaque" else 1
-        return self.estimate(node).time_s / shares + NODE_EPSILON_S * ops  # ties: fewer ops (hidden under HBM time)
+        return self.estimate(node).time_s / self._shares(node) + NODE_EPSILON_S * ops  # ties: fewer ops (hidden under HBM time)
 
-    def estimate(self, node: ENode) -> Estimate:
+    def times(self, node: ENode) -> ResourceTimes:
+        """The node's per-call kernel time by resource, as the kernel stage prices it (no proxy)."""
+        if node.op in LEAF_OPS or self._free(node):
+            return NO_TIME
+        if node.op in KERNEL_OPS:
+            times = fused_times(self.profile, *self._work(node))
+        else:
+            key = self._plain_key(node)
+            if key not in self.plain_times:
+                op, cost = self.op_cost(node, node.children)
+                self.plain_times[key] = NO_TIME if op in VIEW_OPS else fused_times(self.profile, *self._work(node, cost))
+            times = self.plain_times[key]
+        shares = self._shares(node)
+        return ResourceTimes(times.compute_s / shares, times.memory_s / shares, times.launch_s / shares)
+
+    def _free(self, node: ENode) -> bool:
+        """Nothing per call: a tee_out reads what its kernel wrote; weight-only work is precomputed."""
+        return node.op == "tee_out" or (node.op != "opaque" and all(c in self.static for c in node.children))
+
+    def _shares(self, node: ENode) -> int:
+        """An opaque primitive runs once for all its outputs (one node each): each pays its share."""
+        return len(self.table.get(node.attrs[1])["out"]) if node.op == "opaque" else 1
+
+    def _work(self, node: ENode, cost: OpCost | None = None) -> tuple[list[OpCost], int, int, int, int, int]:
+        """`fused_estimate`'s arguments for the kernel the node is (a plain node's op: `cost`)."""
         if node.op in KERNEL_OPS:
             size = self.bytes
             ops = node.body_ops
@@ -183,15 +236,26 @@ class NodeCoster:
             inside = sum(size[b.eclass] for b in ops[:-1] if b.op not in VIEW_TERMS and b not in written)
             write = size[node.eclass] + sum(size[b.eclass] for b in written)
             reads = sum(self.reads[c] for c in node.children)
-            return fused_estimate(self.profile, parts, reads, write, inside, len(node.children), 1 + len(written))
-        key = (node.op, node.attrs, self.aval(node.eclass),
-               tuple((self.aval(c), self.reads[c]) for c in node.children))
+            return parts, reads, write, inside, len(node.children), 1 + len(written)
+        if cost.kind == "host":  # a host op reads whole buffers: folding views in is a kernel's trick
+            reads = sum(self.bytes[c] for c in node.children)
+        else:
+            reads = sum(self.reads[c] for c in node.children)
+        return [cost], reads, self.bytes[node.eclass], 0, len(node.children), 1
+
+    def estimate(self, node: ENode) -> Estimate:
+        if node.op in KERNEL_OPS:
+            return fused_estimate(self.profile, *self._work(node))
+        key = self._plain_key(node)
         if key not in self.plain_estimates:
             self.plain_estimates[key] = self._plain_estimate(node)
         return self.plain_estimates[key]
 
+    def _plain_key(self, node: ENode) -> tuple:
+        """What a plain node's price depends on."""
+        return node.op, node.attrs, self.aval(node.eclass), tuple((self.aval(c), self.reads[c]) for c in node.children)
+
     def _plain_estimate(self, node: ENode) -> Estimate:
-        write = self.bytes[node.eclass]
         op, cost = self.op_cost(node, node.children)
         if op in VIEW_OPS:
             return Estimate(0.0, 0.0, 0, 0.0, "vector")  # a view: its readers read its source
@@ -199,8 +263,4 @@ class NodeCoster:
             return Estimate(cost.time_s, cost.energy_j, 0, cost.flops, cost.bound)
         if self.proxy == "chained" and cost.kind == "gemm":
             return Estimate(chained_time(self.profile, cost), cost.energy_j, 0, cost.flops, cost.bound)
-        if cost.kind == "host":  # a host op reads whole buffers: folding views in is a kernel's trick
-            reads = sum(self.bytes[c] for c in node.children)
-        else:
-            reads = sum(self.reads[c] for c in node.children)
-        return fused_estimate(self.profile, [cost], reads, write, 0, len(node.children))
+        return fused_estimate(self.profile, *self._work(node, cost))

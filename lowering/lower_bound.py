@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from costmodel.formulas import Estimate, memory_time
-from costmodel.kernel_cost import VIEW_OPS
+from costmodel.kernel_cost import VIEW_OPS, ResourceTimes
 from costmodel.op_cost import Aval, OpCost, nbytes, program_cost
 from costmodel.profile import HardwareProfile
 from lowering.kernels import avals_of, eqn_cost, static_names
@@ -42,22 +42,27 @@ class Floors:
         return sum(self.compute_s.values())
 
 
-def lower_bound(programs: list[dict[str, Any]], profile: HardwareProfile) -> Estimate:
+def lower_bound(programs: list[dict[str, Any]], profile: HardwareProfile,
+                egraph: ResourceTimes | None = None) -> Estimate:
     """The floor of every program in `programs` (equivalent ones): per resource the least any of
-    them needs, combined as a kernel combines them. `bound` names the resource that binds."""
+    them needs, combined as a kernel combines them; with `egraph` (per resource the least any
+    program of the search's e-graph needs) the lower of that and the e-graph's combined floor, so
+    it holds for those programs too. `bound` names the resource that binds."""
     floors = [program_floors(p, profile) for p in programs]
     compute = min(floors, key=lambda f: f.compute_total_s)
     memory = min(floors, key=lambda f: f.memory_s)
-    launch_s = min(f.launch_s for f in floors)
-    compute_s, memory_s = compute.compute_total_s, memory.memory_s
-    if launch_s > max(compute_s, memory_s):
-        binding = "launch"
-    elif memory_s > compute_s:
-        binding = "memory"
-    else:
-        binding = max(compute.compute_s.items(), key=lambda item: item[1], default=("vector", 0.0))[0]
-    time_s = (max(compute_s, memory_s) + launch_s) * (1 - ROUNDING)
-    return Estimate(time_s, 0.0, memory.hbm_bytes, compute.flops, binding)
+    compute_kind = max(compute.compute_s.items(), key=lambda item: item[1], default=("vector", 0.0))[0]
+    least = ResourceTimes(compute.compute_total_s, memory.memory_s, min(f.launch_s for f in floors))
+    time_s, binding = min(_combined(times, compute_kind) for times in [least, *([egraph] if egraph else [])])
+    return Estimate(time_s * (1 - ROUNDING), 0.0, memory.hbm_bytes, compute.flops, binding)
+
+
+def _combined(times: ResourceTimes, compute_kind: str) -> tuple[float, str]:
+    """(the time a kernel's resources take together, the one that binds: `compute_kind` for compute)."""
+    slowest = max(times.compute_s, times.memory_s)
+    if times.launch_s > slowest:
+        return slowest + times.launch_s, "launch"
+    return slowest + times.launch_s, "memory" if times.memory_s > times.compute_s else compute_kind
 
 
 def program_floors(program: dict[str, Any], profile: HardwareProfile) -> Floors:

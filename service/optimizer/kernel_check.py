@@ -19,6 +19,7 @@ from costmodel.calibrate import Probe, time_probes
 from costmodel.profile import load_profile
 from lowering.kernels import baseline_kernels, build_kernel_program
 from lowering.runnable import kernel_subprogram
+from service.optimizer.options import OptimizeOptions
 from service.optimizer.pipeline import baseline_program, optimize
 from wire.execute import program_to_callable
 
@@ -34,7 +35,7 @@ def program_kernels(name: str, program: dict[str, Any], values: Sequence[Any],
     groups) and as optimized on `profile_name`; the probe times the kernel on the values the
     program computes from `values`."""
     profile = load_profile(profile_name)
-    written = baseline_program(program)
+    written = baseline_program(program, OptimizeOptions())
     optimized = optimize(program, profile, {"validate": False})["program"]
     found = []
     for kind, source, kp in (("baseline", written, baseline_kernels(written, profile)),

@@ -156,7 +156,8 @@ def search_pieces(program: dict[str, Any], pieces: list[Piece], search_one: Call
                        egraph={k: sum(s.egraph[k] for s in searches) for k in first.egraph},
                        seeded_kernels=sum(s.seeded_kernels for s in searches),
                        pieces={"pieces": len(pieces), "searched": len(done)},
-                       searched_pieces=[(piece.program, found.candidate) for piece, found in done.values()])
+                       searched_pieces=[(piece.program, found.candidate) for piece, found in done.values()],
+                       floor=None)  # each piece's e-graph floors that piece alone
     if any(s.cycle for s in searches):
         return replace(combined, candidate=None, cycle=next(s.cycle for s in searches if s.cycle))
     candidate, groups = _stitch(program, pieces, done, lambda s: (s.candidate, s.groups))

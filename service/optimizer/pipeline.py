@@ -12,6 +12,7 @@ from contextlib import nullcontext
 from typing import Any
 
 from costmodel.extract import Extraction
+from costmodel.kernel_cost import ResourceTimes
 from costmodel.profile import HardwareProfile, resolve_profile
 from lowering.kernels import NAIVE, POLICIES, KernelProgram, baseline_kernels, build_kernel_program
 from lowering.lower_bound import lower_bound
@@ -32,11 +33,12 @@ from wire.execute import typecheck
 from wire.precision import declared_precision
 
 
-def baseline_program(program: dict[str, Any], rules: bool = True) -> dict[str, Any]:
+def baseline_program(program: dict[str, Any], options: OptimizeOptions) -> dict[str, Any]:
     """The program the baseline is priced on: simplified and its loops tidied as a conventional
     compiler does too (XLA's CSE and algebraic simplifier, its while-loop invariant motion), where
-    rules run at all. The search also holds it, so its kernels are always a choice."""
-    return simplify(tidy_loops(program)[0]) if rules else program
+    rules run at all, bit-exactly in `exact` mode. The search also holds it, so its kernels are
+    always a choice, and a fallback may return it."""
+    return simplify(tidy_loops(program)[0], options.fp_mode == "exact") if options.rules else program
 
 
 def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | None = None,
@@ -61,7 +63,7 @@ def _optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | 
         # the search starts from the program with its loops tidied (its rules find what simplify does, and
         # say so); the baseline is priced on it simplified as well
         tidied, moved = tidy_loops(program) if options.rules else (program, 0)
-        written = simplify(tidied) if options.rules else program
+        written = simplify(tidied, options.fp_mode == "exact") if options.rules else program
         nested, others, control_flow, remaining = _loops(tidied, profile, options, extra_rules)
         options = options.model_copy(update={"time_limit_s": remaining})
     with stage(timings, "partition"):
@@ -98,7 +100,7 @@ def _optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | 
     # no loop was rewritten first
     provenance = found.provenance if candidate is found.candidate and nested == program else {}
     return _response(identity, profile, candidate, lowered, baseline,
-                     _estimates(profile, naive, baseline, lowered, [program, written, candidate]),
+                     _estimates(profile, naive, baseline, lowered, [program, written, candidate], found.floor),
                      validation, _report(found, fusion_report, timings, notes, control_flow, program, candidate),
                      provenance)
 
@@ -110,7 +112,7 @@ def original_response(program: dict[str, Any], hardware: str | dict | HardwarePr
     start = time.perf_counter()
     profile = resolve_profile(hardware)
     naive = build_kernel_program(program, profile, NAIVE)
-    written = baseline_program(program, options.rules)
+    written = baseline_program(program, options)
     baseline = baseline_kernels(written, profile)
     original = baseline_kernels(program, profile)
     report = {"rewrites": {},
@@ -229,8 +231,8 @@ def _ratio(reference: KernelProgram, optimized: KernelProgram) -> float:
 
 
 def _estimates(profile: HardwareProfile, naive: KernelProgram, baseline: KernelProgram,
-               optimized: KernelProgram, programs: list[dict]) -> dict[str, Any]:
-    floor = lower_bound(programs, profile)
+               optimized: KernelProgram, programs: list[dict], egraph: ResourceTimes | None = None) -> dict[str, Any]:
+    floor = lower_bound(programs, profile, egraph)
     return {
         "hardware": profile.name,
         "naive": naive.total.to_dict(),
@@ -240,5 +242,5 @@ def _estimates(profile: HardwareProfile, naive: KernelProgram, baseline: KernelP
         "speedup_vs_baseline": _ratio(baseline, optimized),
         "speedup_vs_naive": _ratio(naive, optimized),
         "optimized_over_bound": optimized.total.time_s / floor.time_s if floor.time_s else None,
-        "lower_bound": {**floor.to_dict(), "binding": floor.bound},
+        "lower_bound": {**floor.to_dict(), "binding": floor.bound, "over": "egraph" if egraph else "returned"},
     }

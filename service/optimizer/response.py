@@ -29,6 +29,10 @@ class CostEstimate(_Open):
 class LowerBound(CostEstimate):
     binding: Bound = Field(description="the resource whose floor binds: memory, launch, or the compute's own "
                                        "(optical, weight_load, vector)")
+    over: Literal["egraph", "returned"] = Field(description="what it is a floor of: `egraph`, every program of "
+                                                            "the search's e-graph and the ones the request can "
+                                                            "return; `returned`, those alone (the e-graph's floor "
+                                                            "was not proven in time, or the search was piecewise)")
 
 
 class Buffer(_Open):

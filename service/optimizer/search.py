@@ -14,8 +14,9 @@ from typing import Any
 
 from costmodel.egraph_view import EGraphView, view_egraph
 from costmodel.extract import Exclusive, Extraction, Requires, drop_dominated, extract_greedy_dag
-from costmodel.ilp import cheaper, extract_auto, extract_ilp
-from costmodel.kernel_cost import NodeCoster, Proxy, gemm_exclusive_groups, proxies, static_classes, tee_requirements
+from costmodel.ilp import cheaper, extract_auto, extract_ilp, relaxed_minima
+from costmodel.kernel_cost import (NodeCoster, Proxy, ResourceTimes, gemm_exclusive_groups, proxies, static_classes,
+                                   tee_requirements)
 from costmodel.profile import HardwareProfile
 from costmodel.warm_start import seeded_extraction
 from lowering.emit import ExtractionCycle, emit_program, without_unused_consts
@@ -38,6 +39,7 @@ AUTO_FUSION_ILP_NODE_BUDGET = 1_000
 # limit buys saturation, and a larger e-graph given a shorter ILP came out worse (the NasRNN at a
 # 1 s limit: 43.2 us, at 0.1 s: 35.6 us), so a larger limit could return a worse program.
 AUTO_ILP_MAX_S = {True: 2.0, False: 0.3}
+FLOOR_MAX_S = 0.3  # the integer programs of the e-graph's per-resource floor, together
 
 
 @dataclass
@@ -64,6 +66,9 @@ class Search:
     searched_pieces: list[tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=list)
     # candidate's value -> the searched program's value in its e-class (lowering/emit.py); empty when stitched
     provenance: dict[str, str] = field(default_factory=dict)
+    # per resource, the least any program in the kernel e-graph needs per call (None: not proven in time,
+    # or searched piecewise)
+    floor: ResourceTimes | None = None
 
 
 @contextmanager
@@ -117,7 +122,7 @@ def _search(program: dict[str, Any], profile: HardwareProfile, options: Optimize
         validation.settle()  # the inputs are drawn by now: collection need not wait through extraction
     with stage(timings, "extract"):
         view = view_egraph(loaded.egraph)
-        algebras = [_extract_stage(view, loaded, profile, program, options, proxy) for proxy in proxies(profile)]
+        algebras = [_extract_stage(view, loaded, profile, program, options, proxy)[0] for proxy in proxies(profile)]
         untrimmed = [emit_program(view, a.choice, loaded.params, program).program for a in algebras]
         algebraic = without_unused_consts(untrimmed[0])  # eqn indices are unchanged
         report(best_estimate_s=algebras[0].cost)
@@ -141,12 +146,15 @@ def _search(program: dict[str, Any], profile: HardwareProfile, options: Optimize
                 seeds.append((tag, seed_kernels(fused, [(k.eqns, set(k.outputs)) for k in kernels], tag)))
     with stage(timings, "extract_kernels"):
         kernel_view = view_egraph(fused.egraph)
-        extraction = _extract_stage(kernel_view, fused, profile, program, options, None, seeds)
+        extraction, coster, node_cost = _extract_stage(kernel_view, fused, profile, program, options, None, seeds)
+        exclusive, requires = gemm_exclusive_groups(kernel_view), tee_requirements(kernel_view)
         report(egraph_nodes=kernel_view.enode_count, best_estimate_s=extraction.cost)
+    with stage(timings, "bound"):
+        floor = _floor(kernel_view, coster, node_cost, exclusive, requires)
     sizes = {"enodes": view.enode_count, "eclasses": len(view.classes),
              "fusion_enodes": kernel_view.enode_count, "fusion_eclasses": len(kernel_view.classes)}
     result = Search(None, [], algebraic, saturation, fusion, algebras[0], extraction, sizes,
-                    len({s for _, seed_set in seeds for s in seed_set}), len(fused.programs))
+                    len({s for _, seed_set in seeds for s in seed_set}), len(fused.programs), floor=floor)
     with stage(timings, "lower"):
         try:
             emitted = emit_program(kernel_view, extraction.choice, fused.params, program)
@@ -175,10 +183,11 @@ def _extract(view: EGraphView, cost, options: OptimizeOptions, time_limit_s: flo
 
 def _extract_stage(view: EGraphView, loaded: LoadedProgram, profile: HardwareProfile, program: dict,
                    options: OptimizeOptions, proxy: Proxy | None,
-                   seeds: Sequence[tuple[int, Sequence[KernelSeed]]] = ()) -> Extraction:
+                   seeds: Sequence[tuple[int, Sequence[KernelSeed]]] = ()) -> tuple[Extraction, NodeCoster, dict[str, float]]:
     """Price and extract. The algebra stage (no kernel nodes yet) prices under a `proxy` for the
     kernels the fusion stage can make; `seeds` (a policy's kernels over one of the e-graph's
-    programs, by its number) each make a program extraction may start from."""
+    programs, by its number) each make a program extraction may start from. Returns the extraction
+    and the pricing it used (the coster and each node's cost)."""
     coster = NodeCoster(view, loaded.params, profile, static_classes(view, program, profile.kernel.precompute_weights),
                         proxy)
     node_cost = {n.id: coster(n) for c in view.classes.values() for n in c.nodes}
@@ -193,4 +202,19 @@ def _extract_stage(view: EGraphView, loaded: LoadedProgram, profile: HardwarePro
                           exclusive, requires, AUTO_ILP_NODE_BUDGET if algebra else AUTO_FUSION_ILP_NODE_BUDGET,
                           AUTO_ILP_MAX_S[algebra], warm)
     extraction.candidates = candidates.enode_count
-    return extraction
+    return extraction, coster, node_cost
+
+
+def _floor(view: EGraphView, coster: NodeCoster, node_cost: dict[str, float], exclusive: Exclusive,
+           requires: Requires) -> ResourceTimes | None:
+    """Per resource, the least any program in the kernel e-graph needs per call (a relaxation's
+    proven optimum), or None when the solver does not finish in `FLOOR_MAX_S`."""
+    times = {n.id: coster.times(n) for c in view.classes.values() for n in c.nodes}
+    objectives = [{i: getattr(t, resource) for i, t in times.items()} for resource in ("compute_s", "memory_s")]
+    minima = relaxed_minima(view, node_cost, objectives, FLOOR_MAX_S, exclusive, requires)
+    if minima is None:
+        return None
+    # Launches: one kernel at least where there is work (every kernel costs alike, so their count is a
+    # symmetric integer program that does not finish in time; the returned programs' own floors count it).
+    compute_s, memory_s = minima
+    return ResourceTimes(compute_s, memory_s, coster.profile.kernel.launch_overhead_s if compute_s or memory_s else 0.0)

@@ -4,8 +4,8 @@ priced on the result, so no gain is reported that XLA's own compile of the progr
 
 - an equation that computes what an earlier one computed (the same deterministic op on the same
   operands) reuses the earlier one's values;
-- x*1, 1*x, x/1, x+0, 0+x, x-0, neg(neg(x)) and a conversion to the type x has are x (x+0 turns
-  -0 into +0, which XLA disregards too);
+- x*1, 1*x, x/1, x-0, neg(neg(x)) and a conversion to the type x has are x, and so are x+0 and
+  0+x except in `exact` mode (they turn -0 into +0, which XLA disregards; an exact result may not);
 - a transpose of a transpose is one transpose, none when the two cancel; a transpose read by a
   dot_general is folded into its dimension numbers where they can say it;
 - equations whose values nothing reads are dropped.
@@ -21,16 +21,18 @@ from typing import Any
 from wire.primitives import deterministic, nested_programs
 
 UNITS = {"mul": (1.0, (0, 1)), "div": (1.0, (1,)), "add": (0.0, (0, 1)), "sub": (0.0, (1,))}  # op: unit, its places
+EXACT_UNITS = {op: unit for op, unit in UNITS.items() if op != "add"}  # x + 0 is -0 + 0 = +0 at x = -0
 
 
-def simplify(program: dict[str, Any]) -> dict[str, Any]:
-    """A simplified copy of `program` (its inputs and the number of its outputs unchanged)."""
+def simplify(program: dict[str, Any], exact: bool = False) -> dict[str, Any]:
+    """A simplified copy of `program` (its inputs and the number of its outputs unchanged); `exact`:
+    only bit-exact simplifications."""
     result = copy.deepcopy(program)
-    _simplify_in(result)
+    _simplify_in(result, EXACT_UNITS if exact else UNITS)
     return result
 
 
-def _simplify_in(program: dict[str, Any]) -> None:
+def _simplify_in(program: dict[str, Any], units: dict[str, tuple[float, tuple[int, ...]]]) -> None:
     avals = {s["name"]: (s["shape"], s["dtype"]) for s in [*program["inputs"], *program.get("consts", [])]}
     alias: dict[str, str] = {}
     producer: dict[str, dict[str, Any]] = {}
@@ -38,11 +40,11 @@ def _simplify_in(program: dict[str, Any]) -> None:
     eqns = []
     for eqn in program["eqns"]:
         for body in nested_programs(eqn):
-            _simplify_in(body)
+            _simplify_in(body, units)
         eqn["in"] = [alias.get(a, a) if isinstance(a, str) else a for a in eqn["in"]]
         avals.update((o["name"], (o["shape"], o["dtype"])) for o in eqn["out"])
         _fold_transposes(eqn, producer)
-        same = _identity(eqn, avals, producer)
+        same = _identity(eqn, avals, producer, units)
         if same is not None:
             alias[eqn["out"][0]["name"]] = same
             continue
@@ -59,12 +61,13 @@ def _simplify_in(program: dict[str, Any]) -> None:
     program["eqns"] = _live(eqns, program["outputs"])
 
 
-def _identity(eqn: dict[str, Any], avals: dict, producer: dict[str, dict[str, Any]]) -> str | None:
+def _identity(eqn: dict[str, Any], avals: dict, producer: dict[str, dict[str, Any]],
+              units: dict[str, tuple[float, tuple[int, ...]]]) -> str | None:
     """The operand `eqn` computes unchanged (same shape and type), if it does."""
     op, ins, out = eqn["op"], eqn["in"], eqn["out"][0]
     keeps = lambda a: isinstance(a, str) and tuple(avals[a][0]) == tuple(out["shape"]) and avals[a][1] == out["dtype"]
-    if op in UNITS and len(ins) == 2:
-        unit, places = UNITS[op]
+    if op in units and len(ins) == 2:
+        unit, places = units[op]
         for place in places:
             other = ins[1 - place]
             if _literal(ins[place]) == unit and keeps(other):

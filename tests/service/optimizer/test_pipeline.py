@@ -15,6 +15,7 @@ from wire_examples import VALIDATED
 
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
 from costmodel.profile import load_profile, with_overrides
+from service.optimizer.options import OptimizeOptions
 from service.optimizer.pipeline import baseline_program, optimize
 from service.optimizer.response import OptimizeResponse
 from wire.capture import capture
@@ -99,6 +100,16 @@ def test_a_program_no_rewrite_improves_gains_nothing_over_the_best_conventional_
     big = np.ones((512, 512), np.float32)
     program = capture(lambda y, w, x, w3: (y @ w, jnp.exp(x) @ w3), big, big, big, big, weight_argnums=(1, 3))
     assert optimize(program, profile)["estimate"]["speedup_vs_baseline"] == pytest.approx(1.0)
+
+
+def test_the_bound_of_a_small_request_is_a_floor_of_its_whole_e_graph():
+    """Its kernel e-graph's integer programs prove in milliseconds: the bound covers every program
+    the e-graph holds, the returned one among them."""
+    a, b, c = (np.ones(s, np.float32) for s in [(1024, 64), (64, 1024), (1024, 16)])
+    response = optimize(capture(lambda a, b, c: (a @ b) @ c, a, b, c), "optu-v1", {"fp_mode": "real"})
+    est = response["estimate"]
+    assert est["lower_bound"]["over"] == "egraph"
+    assert 0 < est["lower_bound"]["time_s"] <= est["optimized"]["time_s"] < est["baseline"]["time_s"]
 
 
 def test_weight_only_matmul_chain_is_precomputed_once():
@@ -191,7 +202,7 @@ def test_a_gain_below_the_profiles_min_speedup_returns_the_baselines_program():
     assert gained["program"] != program and speedup > 1.05
     optu = load_profile("optu-v1")
     demanding = optimize(copy.deepcopy(program), with_overrides(optu, {"min_speedup": speedup * 1.01}))
-    assert demanding["program"] == baseline_program(program) != program  # its zero broadcasts shared
+    assert demanding["program"] == baseline_program(program, OptimizeOptions()) != program  # zero broadcasts shared
     assert demanding["estimate"]["speedup_vs_baseline"] == 1.0
     assert any("min_speedup" in note for note in demanding["report"]["notes"])
     enough = optimize(copy.deepcopy(program), with_overrides(optu, {"min_speedup": speedup * 0.99}))

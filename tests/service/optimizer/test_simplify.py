@@ -87,3 +87,10 @@ def test_an_equation_the_table_does_not_know_is_neither_shared_nor_dropped():
                "eqns": [call("a"), call("b"), call("unread"),
                         {"op": "add", "in": ["a", "b"], "out": out("c"), "params": {}}], "outputs": ["c"]}
     assert simplify(program)["eqns"] == program["eqns"]
+
+
+def test_adding_zero_is_kept_where_only_bit_exact_simplifications_may_run():
+    """-0 + 0 is +0: dropping it changes the sign of a zero, which `exact` mode does not allow."""
+    program = capture(lambda x: (x + 0.0) * 1.0, np.array([-0.0, 1.0], np.float32))
+    assert [e["op"] for e in simplify(program, exact=True)["eqns"]] == ["add"]
+    assert simplify(program)["eqns"] == []
