@@ -16,8 +16,8 @@ programs no worse than the warm start, which contains the optimum; so each round
 (`mip_dual_bound`) is a valid lower bound on the optimal DAG cost, and the reported gap is
 (returned cost - best bound) / returned cost. Costs are assumed non-negative.
 
-`relaxed_minima` solves the same problem's linear relaxation for other objectives (one resource
-of the cost model at a time): the least any program in the e-graph needs of it, proven.
+`proven_minimum` solves it for other objectives (one resource of the cost model at a time): the
+least any program in the e-graph needs of it, as far as the solver proves in its time.
 """
 from __future__ import annotations
 
@@ -293,50 +293,14 @@ def cheaper(extraction: Extraction | None, other: Extraction | None) -> Extracti
     return extraction
 
 
-def relaxed_minima(view: EGraphView, node_cost: dict[str, float], objectives: list[dict[str, float]],
-                   time_limit_s: float, exclusive: Exclusive = (), requires: Requires = ()) -> list[float] | None:
-    """For each objective (a non-negative cost per e-node), a proven lower bound on its total over
-    every program the e-graph holds (the programs `node_cost` leaves finite, under `exclusive` and
-    `requires`): the dual bound HiGHS proves for the integer program without cycle cuts (a
-    relaxation) within its share of `time_limit_s`, less the solver's tolerance. None when a solve
-    proves nothing in its time. (The linear relaxation alone is faster but 2-3x looser on chains.)"""
-    deadline = time.perf_counter() + time_limit_s
-    problem = _Problem(view, node_cost)
-    n, m = problem.n, problem.m
-    rows, cols, vals = problem.base
-    row_lb, row_ub, r = [problem.base_lb], [problem.base_ub], problem.base_rows
-    extra_r, extra_c, extra_v = [], [], []
-    for row_cols, coefs, limit in _side_rows(problem, exclusive, requires):
-        extra_r += [r] * len(row_cols)
-        extra_c += row_cols
-        extra_v += coefs
-        row_lb.append([-np.inf])
-        row_ub.append([limit])
-        r += 1
-    matrix = coo_matrix((np.concatenate([vals, extra_v]), (np.concatenate([rows, np.array(extra_r, dtype=np.int64)]),
-                                                          np.concatenate([cols, np.array(extra_c, dtype=np.int64)]))),
-                        shape=(r, n + m)).tocsr()
-    row_lb, row_ub = np.concatenate(row_lb), np.concatenate(row_ub)
-    lower = np.zeros(n + m)
-    for root in view.roots:
-        lower[n + problem.class_index[root]] = 1.0
-    minima = []
-    for k, objective in enumerate(objectives):
-        cost = np.array([objective[node.id] for node in problem.nodes], dtype=float)
-        total = float(cost.sum())
-        remaining = deadline - time.perf_counter()
-        if total <= 0 or n == 0:
-            minima.append(0.0)
-            continue
-        if remaining <= 0:
-            return None
-        scale = total / OBJECTIVE_SCALE
-        res = milp(np.concatenate([cost / scale, np.zeros(m)]),
-                   constraints=LinearConstraint(matrix, row_lb, row_ub),
-                   integrality=np.ones(n + m), bounds=Bounds(lower, np.ones(n + m)),
-                   options={"time_limit": remaining / (len(objectives) - k), "mip_rel_gap": MIP_REL_GAP})
-        bound = getattr(res, "mip_dual_bound", None)
-        if bound is None or not math.isfinite(bound):
-            return None
-        minima.append(max(0.0, bound * scale - LP_TOLERANCE * total))
-    return minima
+
+def proven_minimum(view: EGraphView, cost: dict[str, float], time_limit_s: float, exclusive: Exclusive = (),
+                   requires: Requires = ()) -> float | None:
+    """A proven lower bound on the least total `cost` (non-negative, per e-node) of any acyclic
+    program the e-graph holds, within `time_limit_s`: the exact extraction's optimum less its
+    proven gap and the solver's tolerance; None when nothing is proven in time."""
+    result = extract_ilp(view, lambda node: cost[node.id], time_limit_s=time_limit_s, exclusive=exclusive,
+                         requires=requires)
+    if result.optimality_gap is None:
+        return None
+    return max(0.0, result.cost * (1 - result.optimality_gap) - LP_TOLERANCE * sum(cost.values()))

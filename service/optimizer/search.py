@@ -14,7 +14,7 @@ from typing import Any
 
 from costmodel.egraph_view import EGraphView, view_egraph
 from costmodel.extract import Exclusive, Extraction, Requires, drop_dominated, extract_greedy_dag
-from costmodel.ilp import cheaper, extract_auto, extract_ilp, relaxed_minima
+from costmodel.ilp import cheaper, extract_auto, extract_ilp, proven_minimum
 from costmodel.kernel_cost import (NodeCoster, Proxy, ResourceTimes, gemm_exclusive_groups, proxies, static_classes,
                                    tee_requirements)
 from costmodel.profile import HardwareProfile
@@ -39,7 +39,11 @@ AUTO_FUSION_ILP_NODE_BUDGET = 1_000
 # limit buys saturation, and a larger e-graph given a shorter ILP came out worse (the NasRNN at a
 # 1 s limit: 43.2 us, at 0.1 s: 35.6 us), so a larger limit could return a worse program.
 AUTO_ILP_MAX_S = {True: 2.0, False: 0.3}
-FLOOR_MAX_S = 0.3  # the integer programs of the e-graph's per-resource floor, together
+FLOOR_MAX_S = 0.3  # the exact extractions of the e-graph's per-resource floor, together
+# Beyond this many kernel e-nodes the exact extractions rarely prove their floors in FLOOR_MAX_S (an
+# 80-matmul chain's 318 e-nodes: 0.22 s; an unrolled RNN's 522, a GQA layer's 1k, a BERT layer's 7k:
+# not proven in 0.3 s; the NasRNN's 29k: 10 s to set up), so they get the returned programs' floor only.
+FLOOR_NODE_BUDGET = 500
 
 
 @dataclass
@@ -146,11 +150,11 @@ def _search(program: dict[str, Any], profile: HardwareProfile, options: Optimize
                 seeds.append((tag, seed_kernels(fused, [(k.eqns, set(k.outputs)) for k in kernels], tag)))
     with stage(timings, "extract_kernels"):
         kernel_view = view_egraph(fused.egraph)
-        extraction, coster, node_cost = _extract_stage(kernel_view, fused, profile, program, options, None, seeds)
+        extraction, coster = _extract_stage(kernel_view, fused, profile, program, options, None, seeds)
         exclusive, requires = gemm_exclusive_groups(kernel_view), tee_requirements(kernel_view)
         report(egraph_nodes=kernel_view.enode_count, best_estimate_s=extraction.cost)
     with stage(timings, "bound"):
-        floor = _floor(kernel_view, coster, node_cost, exclusive, requires)
+        floor = _floor(kernel_view, coster, exclusive, requires)
     sizes = {"enodes": view.enode_count, "eclasses": len(view.classes),
              "fusion_enodes": kernel_view.enode_count, "fusion_eclasses": len(kernel_view.classes)}
     result = Search(None, [], algebraic, saturation, fusion, algebras[0], extraction, sizes,
@@ -183,11 +187,11 @@ def _extract(view: EGraphView, cost, options: OptimizeOptions, time_limit_s: flo
 
 def _extract_stage(view: EGraphView, loaded: LoadedProgram, profile: HardwareProfile, program: dict,
                    options: OptimizeOptions, proxy: Proxy | None,
-                   seeds: Sequence[tuple[int, Sequence[KernelSeed]]] = ()) -> tuple[Extraction, NodeCoster, dict[str, float]]:
+                   seeds: Sequence[tuple[int, Sequence[KernelSeed]]] = ()) -> tuple[Extraction, NodeCoster]:
     """Price and extract. The algebra stage (no kernel nodes yet) prices under a `proxy` for the
     kernels the fusion stage can make; `seeds` (a policy's kernels over one of the e-graph's
     programs, by its number) each make a program extraction may start from. Returns the extraction
-    and the pricing it used (the coster and each node's cost)."""
+    and the coster that priced it."""
     coster = NodeCoster(view, loaded.params, profile, static_classes(view, program, profile.kernel.precompute_weights),
                         proxy)
     node_cost = {n.id: coster(n) for c in view.classes.values() for n in c.nodes}
@@ -202,19 +206,24 @@ def _extract_stage(view: EGraphView, loaded: LoadedProgram, profile: HardwarePro
                           exclusive, requires, AUTO_ILP_NODE_BUDGET if algebra else AUTO_FUSION_ILP_NODE_BUDGET,
                           AUTO_ILP_MAX_S[algebra], warm)
     extraction.candidates = candidates.enode_count
-    return extraction, coster, node_cost
+    return extraction, coster
 
 
-def _floor(view: EGraphView, coster: NodeCoster, node_cost: dict[str, float], exclusive: Exclusive,
-           requires: Requires) -> ResourceTimes | None:
-    """Per resource, the least any program in the kernel e-graph needs per call (a relaxation's
-    proven optimum), or None when the solver does not finish in `FLOOR_MAX_S`."""
-    times = {n.id: coster.times(n) for c in view.classes.values() for n in c.nodes}
-    objectives = [{i: getattr(t, resource) for i, t in times.items()} for resource in ("compute_s", "memory_s")]
-    minima = relaxed_minima(view, node_cost, objectives, FLOOR_MAX_S, exclusive, requires)
-    if minima is None:
+def _floor(view: EGraphView, coster: NodeCoster, exclusive: Exclusive, requires: Requires) -> ResourceTimes | None:
+    """Per resource, the least any program in the kernel e-graph needs per call (proven by the exact
+    extraction with that resource alone as its cost), or None when not proven in `FLOOR_MAX_S` or
+    the e-graph is over `FLOOR_NODE_BUDGET`."""
+    if view.enode_count > FLOOR_NODE_BUDGET:
         return None
-    # Launches: one kernel at least where there is work (every kernel costs alike, so their count is a
-    # symmetric integer program that does not finish in time; the returned programs' own floors count it).
-    compute_s, memory_s = minima
-    return ResourceTimes(compute_s, memory_s, coster.profile.kernel.launch_overhead_s if compute_s or memory_s else 0.0)
+    deadline = time.perf_counter() + FLOOR_MAX_S
+    times = {n.id: coster.times(n) for c in view.classes.values() for n in c.nodes}
+    minima = []
+    for resource in ("compute_s", "memory_s", "launch_s"):
+        remaining = deadline - time.perf_counter()
+        least = proven_minimum(view, {i: getattr(t, resource) for i, t in times.items()}, remaining, exclusive,
+                               requires) if remaining > 0 else None
+        if least is None and resource != "launch_s":
+            return None
+        # launches: every kernel costs alike, so their count may not be proven in time; one kernel at least
+        minima.append(least if least is not None else coster.profile.kernel.launch_overhead_s * any(minima))
+    return ResourceTimes(*minima)
