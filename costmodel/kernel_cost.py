@@ -42,10 +42,6 @@ class ResourceTimes:
     memory_s: float
     launch_s: float
 
-    def __add__(self, other: ResourceTimes) -> ResourceTimes:
-        return ResourceTimes(self.compute_s + other.compute_s, self.memory_s + other.memory_s,
-                             self.launch_s + other.launch_s)
-
 
 NO_TIME = ResourceTimes(0.0, 0.0, 0.0)
 
