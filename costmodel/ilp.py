@@ -293,7 +293,6 @@ def cheaper(extraction: Extraction | None, other: Extraction | None) -> Extracti
     return extraction
 
 
-
 def proven_minimum(view: EGraphView, cost: dict[str, float], time_limit_s: float, exclusive: Exclusive = (),
                    requires: Requires = ()) -> float | None:
     """A proven lower bound on the least total `cost` (non-negative, per e-node) of any acyclic

@@ -20,7 +20,7 @@ from costmodel.kernel_cost import VIEW_OPS, ResourceTimes
 from costmodel.op_cost import Aval, OpCost, nbytes, program_cost
 from costmodel.profile import HardwareProfile
 from lowering.kernels import avals_of, eqn_cost, static_names
-from wire.primitives import nested_programs
+from wire.primitives import live_equations, nested_programs
 
 # The estimates add the same terms in other orders; the bound sits this far below its own sum so
 # that their rounding never puts it above an estimate of exactly the floor.
@@ -69,7 +69,8 @@ def program_floors(program: dict[str, Any], profile: HardwareProfile) -> Floors:
     avals, static = avals_of(program), static_names(program, profile.kernel.precompute_weights)
     eqns = program["eqns"]
     producer = {o["name"]: i for i, e in enumerate(eqns) for o in e["out"]}
-    per_call = [i for i in _live(program, producer) if not all(o["name"] in static for o in eqns[i]["out"])]
+    per_call = [i for i in live_equations(eqns, program["outputs"])
+                if not all(o["name"] in static for o in eqns[i]["out"])]
     views = {i for i in per_call if eqns[i]["op"] in VIEW_OPS}
     compute: dict[str, float] = defaultdict(float)
     kinds: dict[str, int] = defaultdict(int)
@@ -96,18 +97,6 @@ def program_floors(program: dict[str, Any], profile: HardwareProfile) -> Floors:
     memory_s = min(sum(memory_time(profile, b) for b in whole) + partial / fastest,
                    memory_time(profile, sum(whole) + partial))
     return Floors(dict(compute), memory_s, _launches(profile, kinds, bool(returned)), sum(whole) + partial, flops)
-
-
-def _live(program: dict[str, Any], producer: dict[str, int]) -> list[int]:
-    """Equations a returned value depends on, in program order."""
-    live: set[int] = set()
-    stack = [producer[o] for o in program["outputs"] if isinstance(o, str) and o in producer]
-    while stack:
-        index = stack.pop()
-        if index not in live:
-            live.add(index)
-            stack.extend(producer[a] for a in program["eqns"][index]["in"] if isinstance(a, str) and a in producer)
-    return sorted(live)
 
 
 def _op_floor(profile: HardwareProfile, eqn: dict[str, Any], avals: dict[str, Aval]) -> OpCost:

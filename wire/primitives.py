@@ -134,6 +134,19 @@ def deterministic(eqn: dict) -> bool:
     return eqn["op"] in PRIMITIVES and all(deterministic(e) for body in nested_programs(eqn) for e in body["eqns"])
 
 
+def live_equations(eqns: list[dict], outputs: list) -> list[int]:
+    """Indices, in order, of the equations a returned value depends on and of every one that is not
+    deterministic (it may act on the world, so it runs whether its values are read or not)."""
+    needed = {o for o in outputs if isinstance(o, str)}
+    kept = []
+    for index in range(len(eqns) - 1, -1, -1):
+        eqn = eqns[index]
+        if not deterministic(eqn) or any(o["name"] in needed for o in eqn["out"]):
+            kept.append(index)
+            needed.update(a for a in eqn["in"] if isinstance(a, str))
+    return kept[::-1]
+
+
 def const_operands(eqn: dict) -> dict[str, tuple[int, int]]:
     """Per body of a loop (scan, while): (index of its first loop-invariant const among the
     equation's operands, how many); a while's condition consts come before its body's. Empty for

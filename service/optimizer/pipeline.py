@@ -38,7 +38,12 @@ def baseline_program(program: dict[str, Any], options: OptimizeOptions) -> dict[
     compiler does too (XLA's CSE and algebraic simplifier, its while-loop invariant motion), where
     rules run at all, bit-exactly in `exact` mode. The search also holds it, so its kernels are
     always a choice, and a fallback may return it."""
-    return simplify(tidy_loops(program)[0], options.fp_mode == "exact") if options.rules else program
+    return _simplified(tidy_loops(program)[0] if options.rules else program, options)
+
+
+def _simplified(tidied: dict[str, Any], options: OptimizeOptions) -> dict[str, Any]:
+    """`tidied` as XLA's simplifier leaves it (bit-exactly in `exact` mode), where rules run at all."""
+    return simplify(tidied, options.fp_mode == "exact") if options.rules else tidied
 
 
 def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | None = None,
@@ -63,7 +68,7 @@ def _optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | 
         # the search starts from the program with its loops tidied (its rules find what simplify does, and
         # say so); the baseline is priced on it simplified as well
         tidied, moved = tidy_loops(program) if options.rules else (program, 0)
-        written = simplify(tidied, options.fp_mode == "exact") if options.rules else program
+        written = _simplified(tidied, options)
         nested, others, control_flow, remaining = _loops(tidied, profile, options, extra_rules)
         options = options.model_copy(update={"time_limit_s": remaining})
     with stage(timings, "partition"):

@@ -18,7 +18,7 @@ import copy
 import json
 from typing import Any
 
-from wire.primitives import deterministic, nested_programs
+from wire.primitives import deterministic, live_equations, nested_programs
 
 UNITS = {"mul": (1.0, (0, 1)), "div": (1.0, (1,)), "add": (0.0, (0, 1)), "sub": (0.0, (1,))}  # op: unit, its places
 EXACT_UNITS = {op: unit for op, unit in UNITS.items() if op != "add"}  # x + 0 is -0 + 0 = +0 at x = -0
@@ -58,7 +58,7 @@ def _simplify_in(program: dict[str, Any], units: dict[str, tuple[float, tuple[in
         producer.update((o["name"], eqn) for o in eqn["out"])
         eqns.append(eqn)
     program["outputs"] = [alias.get(o, o) if isinstance(o, str) else o for o in program["outputs"]]
-    program["eqns"] = _live(eqns, program["outputs"])
+    program["eqns"] = [eqns[i] for i in live_equations(eqns, program["outputs"])]
 
 
 def _identity(eqn: dict[str, Any], avals: dict, producer: dict[str, dict[str, Any]],
@@ -113,15 +113,3 @@ def _fold_transposes(eqn: dict[str, Any], producer: dict[str, dict[str, Any]]) -
 
 def _with(pair: list, side: int, value: Any) -> list:
     return [value, pair[1]] if side == 0 else [pair[0], value]
-
-
-def _live(eqns: list[dict[str, Any]], outputs: list) -> list[dict[str, Any]]:
-    """The equations a returned value depends on, and every one that is not deterministic (it may
-    act on the world), in order."""
-    needed = {o for o in outputs if isinstance(o, str)}
-    kept = []
-    for eqn in reversed(eqns):
-        if not deterministic(eqn) or any(o["name"] in needed for o in eqn["out"]):
-            kept.append(eqn)
-            needed.update(a for a in eqn["in"] if isinstance(a, str))
-    return kept[::-1]
