@@ -15,10 +15,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from costmodel.extract import Extraction
-from costmodel.kernel_cost import VIEW_OPS
+from costmodel.kernel_cost import VIEW_OPS, ResourceTimes
 from lowering.regions import region_signature
 from rewrites.schedule import SaturationReport
-from service.optimizer.search import Search
+from service.optimizer.search import FLOOR_RESOURCES, EGraphFloor, Search
 from wire.primitives import GEMMS
 
 MIN_PROGRAM_EQNS = 200  # smaller programs search whole in well under a second
@@ -157,12 +157,21 @@ def search_pieces(program: dict[str, Any], pieces: list[Piece], search_one: Call
                        seeded_kernels=sum(s.seeded_kernels for s in searches),
                        pieces={"pieces": len(pieces), "searched": len(done)},
                        searched_pieces=[(piece.program, found.candidate) for piece, found in done.values()],
-                       floor=None)  # each piece's e-graph floors that piece alone
+                       floor=_summed_floors([done[p.signature][1].floor for p in pieces]))
     if any(s.cycle for s in searches):
         return replace(combined, candidate=None, cycle=next(s.cycle for s in searches if s.cycle))
     candidate, groups = _stitch(program, pieces, done, lambda s: (s.candidate, s.groups))
     algebraic, _ = _stitch(program, pieces, done, lambda s: (s.algebraic, []))
     return replace(combined, candidate=candidate, groups=groups, algebraic=algebraic, provenance={})
+
+
+def _summed_floors(floors: list[EGraphFloor | None]) -> EGraphFloor | None:
+    """The floor of the stitched programs: their kernels never span two pieces, so each resource's
+    least is the sum of every piece's (a repeated piece once per place it runs)."""
+    if any(f is None for f in floors):
+        return None
+    times = ResourceTimes(*(sum(getattr(f.times, f"{r}_s") for f in floors) for r in FLOOR_RESOURCES))
+    return EGraphFloor(times, frozenset.intersection(*(f.exact for f in floors)))
 
 
 def _combined_reports(reports: list[SaturationReport]) -> SaturationReport:

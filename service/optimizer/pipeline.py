@@ -12,7 +12,6 @@ from contextlib import nullcontext
 from typing import Any
 
 from costmodel.extract import Extraction
-from costmodel.kernel_cost import ResourceTimes
 from costmodel.profile import HardwareProfile, resolve_profile
 from lowering.kernels import NAIVE, POLICIES, KernelProgram, baseline_kernels, build_kernel_program
 from lowering.lower_bound import lower_bound
@@ -27,7 +26,7 @@ from service.optimizer.options import OptimizeOptions
 from service.optimizer.partition import find_pieces, search_pieces
 from service.optimizer.request_key import canonical_request_id
 from service.optimizer.response import typed
-from service.optimizer.search import Search, budget, search, stage
+from service.optimizer.search import FLOOR_RESOURCES, EGraphFloor, Search, budget, search, stage
 from service.optimizer.simplify import simplify
 from wire.execute import typecheck
 from wire.precision import declared_precision
@@ -236,8 +235,9 @@ def _ratio(reference: KernelProgram, optimized: KernelProgram) -> float:
 
 
 def _estimates(profile: HardwareProfile, naive: KernelProgram, baseline: KernelProgram,
-               optimized: KernelProgram, programs: list[dict], egraph: ResourceTimes | None = None) -> dict[str, Any]:
-    floor = lower_bound(programs, profile, egraph)
+               optimized: KernelProgram, programs: list[dict], egraph: EGraphFloor | None = None) -> dict[str, Any]:
+    floor = lower_bound(programs, profile, egraph.times if egraph else None)
+    proof = {r: "exact" if r in egraph.exact else "heaviest_path" for r in FLOOR_RESOURCES} if egraph else None
     return {
         "hardware": profile.name,
         "naive": naive.total.to_dict(),
@@ -247,5 +247,6 @@ def _estimates(profile: HardwareProfile, naive: KernelProgram, baseline: KernelP
         "speedup_vs_baseline": _ratio(baseline, optimized),
         "speedup_vs_naive": _ratio(naive, optimized),
         "optimized_over_bound": optimized.total.time_s / floor.time_s if floor.time_s else None,
-        "lower_bound": {**floor.to_dict(), "binding": floor.bound, "over": "egraph" if egraph else "returned"},
+        "lower_bound": {**floor.to_dict(), "binding": floor.bound, "over": "egraph" if egraph else "returned",
+                        "proof": proof},
     }

@@ -31,8 +31,12 @@ class LowerBound(CostEstimate):
                                        "(optical, weight_load, vector)")
     over: Literal["egraph", "returned"] = Field(description="what it is a floor of: `egraph`, every program of "
                                                             "the search's e-graph and the ones the request can "
-                                                            "return; `returned`, those alone (the e-graph's floor "
-                                                            "was not proven in time, or the search was piecewise)")
+                                                            "return; `returned`, those alone (no e-graph was "
+                                                            "searched)")
+    proof: dict[Literal["compute", "memory", "launch"], Literal["exact", "heaviest_path"]] | None = Field(
+        None, description="how the e-graph's floor of each resource was proven: `exact`, an exact extraction "
+                          "with that resource alone as its cost; `heaviest_path`, the least over the e-graph's "
+                          "programs of their costliest path (weaker where work runs in parallel branches)")
 
 
 class Buffer(_Open):
@@ -139,7 +143,9 @@ class EquationCounts(_Open):
 
 
 class Report(_Open):
-    rewrites: dict[str, int] = Field(description="times each named rule fired")
+    rewrites: dict[str, int] = Field(description="times each named rule fired while the e-graph saturated: what "
+                                                 "the search explored, not what the returned program uses (its "
+                                                 "equations, `equations` and `notes` say that)")
     egraph: EgraphStats = Field(description="e-graph sizes and why saturation stopped")
     extraction: Extraction = Field(description="how the program was chosen from the e-graph")
     fusion: dict[str, Any] | None = Field(None, description="kernel choice: the e-graph's program against the "

@@ -17,6 +17,7 @@ from costmodel.extract import Exclusive, Extraction, Requires, drop_dominated, e
 from costmodel.ilp import cheaper, extract_auto, extract_ilp, proven_minimum
 from costmodel.kernel_cost import (NodeCoster, Proxy, ResourceTimes, gemm_exclusive_groups, proxies, static_classes,
                                    tee_requirements)
+from costmodel.path_floor import heaviest_path_floor
 from costmodel.profile import HardwareProfile
 from costmodel.warm_start import seeded_extraction
 from lowering.emit import ExtractionCycle, emit_program, without_unused_consts
@@ -42,8 +43,18 @@ AUTO_ILP_MAX_S = {True: 2.0, False: 0.3}
 FLOOR_MAX_S = 0.3  # the exact extractions of the e-graph's per-resource floor, together
 # Beyond this many kernel e-nodes the exact extractions rarely prove their floors in FLOOR_MAX_S (an
 # 80-matmul chain's 318 e-nodes: 0.22 s; an unrolled RNN's 522, a GQA layer's 1k, a BERT layer's 7k:
-# not proven in 0.3 s; the NasRNN's 29k: 10 s to set up), so they get the returned programs' floor only.
+# not proven in 0.3 s; the NasRNN's 29k: 10 s to set up), so they get the heaviest path's floor only.
 FLOOR_NODE_BUDGET = 500
+FLOOR_RESOURCES = ("compute", "memory", "launch")  # ResourceTimes' fields, less their `_s`
+
+
+@dataclass(frozen=True)
+class EGraphFloor:
+    """Per resource, the least any program of a kernel e-graph needs per call, and how it was proven:
+    the resources in `exact` by an exact extraction, the others by the e-graph's heaviest path."""
+
+    times: ResourceTimes
+    exact: frozenset[str]
 
 
 @dataclass
@@ -70,9 +81,8 @@ class Search:
     searched_pieces: list[tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=list)
     # candidate's value -> the searched program's value in its e-class (lowering/emit.py); empty when stitched
     provenance: dict[str, str] = field(default_factory=dict)
-    # per resource, the least any program in the kernel e-graph needs per call (None: not proven in time,
-    # or searched piecewise)
-    floor: ResourceTimes | None = None
+    # per resource, the least any program in the kernel e-graph(s) needs per call (None: no e-graph searched)
+    floor: EGraphFloor | None = None
 
 
 @contextmanager
@@ -209,21 +219,21 @@ def _extract_stage(view: EGraphView, loaded: LoadedProgram, profile: HardwarePro
     return extraction, coster
 
 
-def _floor(view: EGraphView, coster: NodeCoster, exclusive: Exclusive, requires: Requires) -> ResourceTimes | None:
-    """Per resource, the least any program in the kernel e-graph needs per call (proven by the exact
-    extraction with that resource alone as its cost), or None when not proven in `FLOOR_MAX_S` or
-    the e-graph is over `FLOOR_NODE_BUDGET`."""
-    if view.enode_count > FLOOR_NODE_BUDGET:
-        return None
+def _floor(view: EGraphView, coster: NodeCoster, exclusive: Exclusive, requires: Requires) -> EGraphFloor:
+    """Per resource, the least any program in the kernel e-graph needs per call: the larger of its
+    heaviest path's (any size) and, for e-graphs within `FLOOR_NODE_BUDGET`, the exact extraction's
+    with that resource alone as its cost where it proves one in `FLOOR_MAX_S`."""
     deadline = time.perf_counter() + FLOOR_MAX_S
     times = {n.id: coster.times(n) for c in view.classes.values() for n in c.nodes}
-    minima = []
-    for resource in ("compute_s", "memory_s", "launch_s"):
+    minima, exact = [], set()
+    for resource in FLOOR_RESOURCES:
+        cost = {i: getattr(t, f"{resource}_s") for i, t in times.items()}
+        least = heaviest_path_floor(view, cost)
         remaining = deadline - time.perf_counter()
-        least = proven_minimum(view, {i: getattr(t, resource) for i, t in times.items()}, remaining, exclusive,
-                               requires) if remaining > 0 else None
-        if least is None and resource != "launch_s":
-            return None
-        # launches: every kernel costs alike, so their count may not be proven in time; one kernel at least
-        minima.append(least if least is not None else coster.profile.kernel.launch_overhead_s * any(minima))
-    return ResourceTimes(*minima)
+        proven = None
+        if view.enode_count <= FLOOR_NODE_BUDGET and remaining > 0:
+            proven = proven_minimum(view, cost, remaining, exclusive, requires)
+        if proven is not None:
+            exact.add(resource)
+        minima.append(max(least, proven or 0.0))
+    return EGraphFloor(ResourceTimes(*minima), frozenset(exact))

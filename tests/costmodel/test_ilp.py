@@ -2,7 +2,6 @@
 respects its time limit; extract_auto's choice between the two."""
 from __future__ import annotations
 
-import itertools
 import random
 
 import pytest
@@ -12,6 +11,7 @@ from hypothesis import strategies as st
 from costmodel.egraph_view import EGraphView, ENode
 from costmodel.extract import dag_cost, extract_greedy_dag
 from costmodel.ilp import LP_TOLERANCE, IlpExtraction, extract_auto, extract_ilp, find_cycles, proven_minimum
+from tests.egraph_cases import egraphs, least_dag_cost
 
 
 _view = EGraphView.from_nodes
@@ -121,38 +121,6 @@ def test_solver_infeasibility_falls_back_to_the_warm_start(monkeypatch):
 
 # --- random e-graphs ------------------------------------------------------------------------
 
-@st.composite
-def egraphs(draw):
-    """Classes c0..c{n-1}; each has a node whose children are all later classes (so every class is
-    derivable), plus optional cheap nodes whose children may be any class (shared children, and
-    cycles when they point back to an earlier class or their own)."""
-    n = draw(st.integers(2, 6))
-    costs = st.sampled_from([0.0, 0.1, 0.5, 1.0, 2.0, 3.0, 7.0])
-    cheap = st.sampled_from([0.0, 0.0, 0.1, 0.5, 1.0])  # extra nodes: cheap, so cycles tempt the LP
-    nodes, table = [], {}
-    for i in range(n):
-        later = [f"c{j}" for j in range(i + 1, n)]
-        children = tuple(draw(st.lists(st.sampled_from(later), max_size=2))) if later else ()
-        extra = draw(st.lists(st.lists(st.sampled_from([f"c{j}" for j in range(n)]), min_size=1,
-                                       max_size=2), max_size=2))
-        for k, ch in enumerate([children, *map(tuple, extra)]):
-            node = ENode(f"n{i}_{k}", "op", f"c{i}", (k,), ch)
-            nodes.append(node)
-            table[node.id] = draw(cheap if k else costs)
-    roots = ["c0"] + (["c1"] if draw(st.booleans()) else [])
-    return _view(nodes, roots), table
-
-
-def _brute_force(view: EGraphView, table) -> float:
-    best = float("inf")
-    ids = list(view.classes)
-    for combo in itertools.product(*(view.classes[c].nodes for c in ids)):
-        choice = dict(zip(ids, combo))
-        if not find_cycles(view.roots, choice):
-            best = min(best, dag_cost(view, choice, table))
-    return best
-
-
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(egraphs())
 def test_ilp_is_optimal_and_never_worse_than_greedy(case):
@@ -164,7 +132,7 @@ def test_ilp_is_optimal_and_never_worse_than_greedy(case):
     assert result.status == "optimal"
     event("cycle cuts needed" if result.cuts else "no cuts")
     event("ILP beat greedy" if result.cost < greedy.cost - 1e-9 else "tie with greedy")
-    assert result.cost == pytest.approx(_brute_force(view, table), abs=1e-9)
+    assert result.cost == pytest.approx(least_dag_cost(view, table), abs=1e-9)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -172,7 +140,7 @@ def test_ilp_is_optimal_and_never_worse_than_greedy(case):
 def test_the_proven_minimum_is_a_floor_under_every_acyclic_program_and_given_time_the_least(case):
     view, table = case
     floor = proven_minimum(view, table, time_limit_s=10)
-    least = _brute_force(view, table)
+    least = least_dag_cost(view, table)
     assert least - LP_TOLERANCE * sum(table.values()) - 1e-12 <= floor <= least
 
 

@@ -31,6 +31,7 @@ def _assert_never_worse(program: dict, profile: str) -> None:
         # ("min_speedup": a gain too small for the profile to trust returns the baseline's program)
         assert fusion["chosen"] != "baseline", response["report"]["notes"]
         assert fusion["egraph_s"] <= baseline * (1 + 1e-9)
+        assert estimate["lower_bound"]["over"] == "egraph"  # proven over the e-graph, whatever its size
 
 
 @pytest.mark.parametrize("profile", PROFILES)

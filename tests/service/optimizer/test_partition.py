@@ -59,6 +59,25 @@ def test_the_stitched_search_is_the_whole_programs_and_computes_the_same(encoder
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-5)
 
 
+def test_the_stitched_floor_adds_each_piece_s_floor_once_per_place_it_runs(encoder):
+    program, _ = encoder
+    options, timings, by_signature = OptimizeOptions(), {}, {}
+    pieces = find_pieces(program)
+    for piece in pieces:
+        if piece.signature not in by_signature:
+            by_signature[piece.signature] = search(piece.program, PROFILE, options, timings)
+    stitched = search_pieces(program, pieces, lambda piece: search(piece, PROFILE, options, timings))
+    floors = [by_signature[p.signature].floor for p in pieces]
+    assert len(floors) > len(by_signature)  # a piece that repeats
+    summed = stitched.floor.times
+    for resource in ("compute_s", "memory_s", "launch_s"):
+        assert getattr(summed, resource) == pytest.approx(sum(getattr(f.times, resource) for f in floors))
+    assert summed.launch_s >= len(pieces) * PROFILE.kernel.launch_overhead_s  # a kernel per piece at least
+    assert stitched.floor.exact == frozenset.intersection(*(f.exact for f in floors))
+    stitched_estimate = build_kernel_program(stitched.candidate, PROFILE, groups=stitched.groups).total
+    assert max(summed.compute_s, summed.memory_s) + summed.launch_s <= stitched_estimate.time_s
+
+
 def test_the_pipeline_reports_the_pieces_and_validates_the_stitched_program(encoder):
     program, _ = encoder
     response = optimize(program)
@@ -69,6 +88,7 @@ def test_the_pipeline_reports_the_pieces_and_validates_the_stitched_program(enco
     # the pieces' kernels end at the cuts; the stitched program is grouped over them where cheaper
     assert response["report"]["fusion"]["chosen"] != "baseline"
     assert response["estimate"]["speedup_vs_baseline"] > 1.0
+    assert response["estimate"]["lower_bound"]["over"] == "egraph"  # the pieces' e-graphs' floors, added
 
 
 def test_pieces_sharing_a_weight_are_searched_whole(monkeypatch):

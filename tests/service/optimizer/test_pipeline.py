@@ -109,7 +109,20 @@ def test_the_bound_of_a_small_request_is_a_floor_of_its_whole_e_graph():
     response = optimize(capture(lambda a, b, c: (a @ b) @ c, a, b, c), "optu-v1", {"fp_mode": "real"})
     est = response["estimate"]
     assert est["lower_bound"]["over"] == "egraph"
+    assert est["lower_bound"]["proof"] == {"compute": "exact", "memory": "exact", "launch": "exact"}
     assert 0 < est["lower_bound"]["time_s"] <= est["optimized"]["time_s"] < est["baseline"]["time_s"]
+
+
+def test_a_kernel_e_graph_too_big_to_solve_still_gets_a_floor_of_every_program_it_holds():
+    """A transformer layer's kernel e-graph holds thousands of e-nodes: its floor comes from the least
+    costliest path over its programs, still under the returned program and the baseline."""
+    fn, args = ZOO["transformer_layer"]()
+    response = optimize(capture(fn, *args, weight_argnums=WEIGHT_ARGNUMS["transformer_layer"]))
+    est = response["estimate"]
+    assert response["report"]["egraph"]["fusion"]["enodes"] > 500
+    assert est["lower_bound"]["over"] == "egraph" and "heaviest_path" in est["lower_bound"]["proof"].values()
+    assert 0 < est["lower_bound"]["time_s"] <= est["optimized"]["time_s"] <= est["baseline"]["time_s"]
+    assert est["optimized_over_bound"] < 1.5  # its layers run one after another: the path is most of the work
 
 
 def test_weight_only_matmul_chain_is_precomputed_once():
