@@ -145,6 +145,16 @@ def test_invalid_inline_profile_is_422_naming_the_field(client):
     assert r.status_code == 422 and r.json()["detail"]["field"] == "hardware.gemm.rows"
 
 
+@pytest.mark.parametrize("section, field", [("memory", "hbm_bw_bytes_per_s"), ("memory", "sram_bw_bytes_per_s"),
+                                            ("gemm", "clock_hz"), ("vector", "flops_per_s")])
+def test_a_profile_that_leaves_a_resource_without_a_floor_is_422_naming_the_field(client, section, field):
+    """A zero rate makes that resource's minimum undefined: refused, never a bound of 0 or inf."""
+    profile = client.get("/v1/hardware/optu-v1").json()
+    profile[section][field] = 0
+    r = client.post("/v1/optimize", json={"program": TINY, "hardware": profile})
+    assert r.status_code == 422 and r.json()["detail"]["field"] == f"hardware.{section}.{field}"
+
+
 def test_inline_profile_is_used(client):
     profile = client.get("/v1/hardware/optu-v1").json() | {"name": "custom"}
     r = client.post("/v1/optimize", json={"program": TINY, "hardware": profile})
