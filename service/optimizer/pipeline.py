@@ -7,6 +7,7 @@ per request.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Sequence
 from contextlib import nullcontext
 from typing import Any
@@ -122,7 +123,7 @@ def original_response(program: dict[str, Any], hardware: str | dict | HardwarePr
     report = {"rewrites": {},
               "egraph": {"enodes": None, "eclasses": None, "iterations": None, "stop_reason": "time_limit"},
               "extraction": {"method": None, "cost_s": None, "optimality_gap": None, "status": "not run"},
-              "equations": {"original": len(program["eqns"]), "optimized": len(program["eqns"])},
+              "equations": {"original": len(program["eqns"]), "optimized": len(program["eqns"]), "op_delta": {}},
               "timings_s": {"fallback": round(time.perf_counter() - start, 6)},
               "notes": [note], "control_flow": None}
     return _response(canonical_request_id(program, profile, options), profile, program, original, baseline,
@@ -213,11 +214,20 @@ def _report(found: Search, fusion_report: dict[str, Any], timings: dict[str, flo
         "extraction": {**_extraction_report(found.extraction), "algebra": _extraction_report(found.algebra)},
         "fusion": fusion_report,
         "partition": found.pieces or None,
-        "equations": {"original": len(program["eqns"]), "optimized": len(candidate["eqns"])},
+        "equations": {"original": len(program["eqns"]), "optimized": len(candidate["eqns"]),
+                      "op_delta": op_delta(program, candidate)},
         "timings_s": {k: round(v, 6) for k, v in timings.items()},
         "notes": notes,
         "control_flow": control_flow,
     }
+
+
+def op_delta(original: dict[str, Any], returned: dict[str, Any]) -> dict[str, int]:
+    """How the returned program's op counts differ from the original's (a merge: fewer
+    dot_general, one concatenate, more slices)."""
+    delta = Counter(e["op"] for e in returned["eqns"])
+    delta.subtract(Counter(e["op"] for e in original["eqns"]))
+    return {op: n for op, n in sorted(delta.items()) if n}
 
 
 def _stop_reason(saturation, fusion) -> str:

@@ -140,6 +140,8 @@ class Extraction(_Open):
 class EquationCounts(_Open):
     original: int = Field(description="equations of the program sent")
     optimized: int = Field(description="equations of the program returned")
+    op_delta: dict[str, int] = Field(description="per primitive, equations returned less equations sent (only "
+                                                 "the ones that differ)")
 
 
 class Report(_Open):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from collections import Counter
 from typing import Any
 
 from costmodel.op_cost import GEMM_OPS, gemm_dims
@@ -56,14 +55,6 @@ def sweep_grid(base: HardwareProfile, params: dict[str, list[Any]]) -> list[tupl
     return grid
 
 
-def _op_delta(original: dict[str, Any], chosen: dict[str, Any]) -> dict[str, int]:
-    """How the chosen program's op counts differ from the original's (e.g. a merge: fewer
-    dot_general, one concatenate, more slices)."""
-    delta = Counter(e["op"] for e in chosen["eqns"])
-    delta.subtract(Counter(e["op"] for e in original["eqns"]))
-    return {op: n for op, n in sorted(delta.items()) if n}
-
-
 def gemm_shapes(program: dict[str, Any]) -> list[str]:
     """`m x k x n` (`batch x m x k x n` when batched) of each GEMM in program order: shows a re-association or a merge that
     leaves the op counts unchanged."""
@@ -95,7 +86,7 @@ def sweep(program: dict[str, Any], hardware: str | dict | HardwareProfile | None
             # Saturation does not depend on the hardware; what a point changes is the extraction,
             # so the op delta and digest say what it chose and the rules say what was available.
             "rewrites": response["report"]["rewrites"],
-            "op_delta": _op_delta(program, response["program"]),
+            "op_delta": response["report"]["equations"]["op_delta"],
             "gemms": gemm_shapes(response["program"]),
             "program_digest": program_digest(response["program"]),
             "extraction": response["report"]["extraction"]["method"],

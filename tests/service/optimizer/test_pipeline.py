@@ -113,6 +113,17 @@ def test_the_bound_of_a_small_request_is_a_floor_of_its_whole_e_graph():
     assert 0 < est["lower_bound"]["time_s"] <= est["optimized"]["time_s"] < est["baseline"]["time_s"]
 
 
+def test_the_report_counts_the_ops_the_returned_program_holds():
+    a, b = np.ones((64, 32), np.float32), np.ones((32, 16), np.float32)
+    program = capture(lambda a, b: jnp.tanh(a @ b) + jnp.tanh(a @ b), a, b)
+    response = optimize(program)
+    ops = lambda p: [e["op"] for e in p["eqns"]]
+    assert ops(program).count("dot_general") == 2 and ops(response["program"]).count("dot_general") == 1
+    delta = response["report"]["equations"]["op_delta"]
+    assert delta["dot_general"] == -1 and delta["tanh"] == -1
+    assert all(ops(response["program"]).count(op) - ops(program).count(op) == n for op, n in delta.items())
+
+
 def test_a_kernel_e_graph_too_big_to_solve_still_gets_a_floor_of_every_program_it_holds():
     """A transformer layer's kernel e-graph holds thousands of e-nodes: its floor comes from the least
     costliest path over its programs, still under the returned program and the baseline."""
