@@ -80,8 +80,10 @@ def _optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | 
         else:  # an encoder's layers: each kind of piece searched once, in a share of the time limit
             share = budget(options).time_limit_s / len({p.signature for p in pieces})
             piece_options = options.model_copy(update={"time_limit_s": share})
-            found = search_pieces(nested, pieces, lambda piece: search(piece, profile, piece_options, timings,
-                                                                       extra_rules=extra_rules))
+            # each piece's e-graph holds its simplified self too, so the baseline's kernels of it are a choice
+            found = search_pieces(nested, pieces, lambda piece: search(
+                piece, profile, piece_options, timings, alternatives=[_simplified(piece, piece_options)],
+                extra_rules=extra_rules))
         with stage(timings, "lower"):
             naive = build_kernel_program(program, profile, NAIVE)
             baseline = baseline_kernels(written, profile)
