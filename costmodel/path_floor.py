@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Sequence
 
 from costmodel.egraph_view import EGraphView
 
@@ -21,19 +22,31 @@ from costmodel.egraph_view import EGraphView
 def heaviest_path_floor(view: EGraphView, cost: dict[str, float]) -> float:
     """The least, over the acyclic programs of `view`, of their costliest path from an output to
     the leaves under `cost` (non-negative, per e-node id): at most each program's total cost."""
+    return heaviest_path_floors(view, [cost])[0]
+
+
+def heaviest_path_floors(view: EGraphView, costs: Sequence[dict[str, float]]) -> list[float]:
+    """`heaviest_path_floor` under each of `costs`, the e-graph's reader lists built once."""
     readers: dict[str, list] = {}
-    waiting: dict[str, int] = {}
-    heap: list[tuple[float, str]] = []
+    nodes, leaves = [], []
     for cls in view.classes.values():
         for node in cls.nodes:
             children = set(node.children)
-            if node.eclass in children or not math.isfinite(cost[node.id]):
+            if node.eclass in children:
                 continue  # a node that reads its own class never ends a derivation
-            waiting[node.id] = len(children)
+            nodes.append((node, len(children)))
             for child in children:
                 readers.setdefault(child, []).append(node)
             if not children:
-                heapq.heappush(heap, (cost[node.id], node.eclass))
+                leaves.append(node)
+    return [_least_heaviest_path(view, cost, readers, nodes, leaves) for cost in costs]
+
+
+def _least_heaviest_path(view: EGraphView, cost: dict[str, float], readers: dict[str, list],
+                         nodes: list, leaves: list) -> float:
+    waiting = {node.id: count for node, count in nodes}
+    heap = [(cost[node.id], node.eclass) for node in leaves if math.isfinite(cost[node.id])]
+    heapq.heapify(heap)
     settled: dict[str, float] = {}
     heaviest_child: dict[str, float] = {}
     while heap:
@@ -42,10 +55,12 @@ def heaviest_path_floor(view: EGraphView, cost: dict[str, float]) -> float:
             continue
         settled[cid] = value
         for node in readers.get(cid, ()):
-            heaviest_child[node.id] = max(heaviest_child.get(node.id, 0.0), value)
-            waiting[node.id] -= 1
-            if waiting[node.id] == 0 and node.eclass not in settled:
-                heapq.heappush(heap, (cost[node.id] + heaviest_child[node.id], node.eclass))
+            nid = node.id
+            if value > heaviest_child.get(nid, 0.0):
+                heaviest_child[nid] = value
+            waiting[nid] -= 1
+            if waiting[nid] == 0 and node.eclass not in settled and math.isfinite(cost[nid]):
+                heapq.heappush(heap, (cost[nid] + heaviest_child.get(nid, 0.0), node.eclass))
     missing = [r for r in view.roots if r not in settled]
     if missing:
         raise ValueError(f"no finite-cost term for output classes {missing}")

@@ -17,7 +17,7 @@ from costmodel.extract import Exclusive, Extraction, Requires, drop_dominated, e
 from costmodel.ilp import cheaper, extract_auto, extract_ilp, proven_minimum
 from costmodel.kernel_cost import (NodeCoster, Proxy, ResourceTimes, gemm_exclusive_groups, proxies, static_classes,
                                    tee_requirements)
-from costmodel.path_floor import heaviest_path_floor
+from costmodel.path_floor import heaviest_path_floors
 from costmodel.profile import HardwareProfile
 from costmodel.warm_start import seeded_extraction
 from lowering.emit import ExtractionCycle, emit_program, without_unused_consts
@@ -225,15 +225,13 @@ def _floor(view: EGraphView, coster: NodeCoster, exclusive: Exclusive, requires:
     with that resource alone as its cost where it proves one in `FLOOR_MAX_S`."""
     deadline = time.perf_counter() + FLOOR_MAX_S
     times = {n.id: coster.times(n) for c in view.classes.values() for n in c.nodes}
-    minima, exact = [], set()
-    for resource in FLOOR_RESOURCES:
-        cost = {i: getattr(t, f"{resource}_s") for i, t in times.items()}
-        least = heaviest_path_floor(view, cost)
+    costs = [{i: getattr(t, f"{resource}_s") for i, t in times.items()} for resource in FLOOR_RESOURCES]
+    minima, exact = heaviest_path_floors(view, costs), set()
+    for k, resource in enumerate(FLOOR_RESOURCES):
         remaining = deadline - time.perf_counter()
-        proven = None
         if view.enode_count <= FLOOR_NODE_BUDGET and remaining > 0:
-            proven = proven_minimum(view, cost, remaining, exclusive, requires)
-        if proven is not None:
-            exact.add(resource)
-        minima.append(max(least, proven or 0.0))
+            proven = proven_minimum(view, costs[k], remaining, exclusive, requires)
+            if proven is not None:
+                exact.add(resource)
+                minima[k] = max(minima[k], proven)
     return EGraphFloor(ResourceTimes(*minima), frozenset(exact))
