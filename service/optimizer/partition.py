@@ -88,10 +88,13 @@ def _cuts(program: dict[str, Any]) -> list[int]:
                 last_use[a] = i
                 readers.setdefault(a, []).append(i)
     produced_at = {o["name"]: i for i, e in enumerate(eqns) for o in e["out"]}
-    # activations are live until read for the last time (as a layer's output would be); weights are not
-    live = {s["name"] for s in program["inputs"] if s.get("role") != "weight" and s["name"] in last_use}
+    # an activation is live from its first read to its last (a residual input: across its layer), as a
+    # layer's output would be; an input read at one place (a weight, marked or not) never spans a cut
+    activations = {s["name"] for s in program["inputs"] if s.get("role") != "weight"}
+    live: set[str] = set()
     cuts, previous = [], 0
     for i, e in enumerate(eqns):
+        live |= {a for a in e["in"] if isinstance(a, str) and a in activations}
         live -= {a for a in e["in"] if isinstance(a, str) and last_use[a] == i}
         live |= {o["name"] for o in e["out"] if o["name"] in outputs or last_use.get(o["name"], i) > i}
         if len(live) == 1 and i + 1 - previous >= MIN_PIECE_EQNS and len(eqns) - (i + 1) >= MIN_PIECE_EQNS \

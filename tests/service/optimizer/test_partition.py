@@ -59,6 +59,22 @@ def test_the_stitched_search_is_the_whole_programs_and_computes_the_same(encoder
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-5)
 
 
+def test_an_encoder_called_without_weight_roles_is_cut_alike_and_stitched_to_the_whole_programs_estimate():
+    """Weights passed as ordinary arguments are each read at one place: they never span a cut, so
+    the layers repeat as they do with their roles marked (a residual input still spans its layer)."""
+    fn, args, _ = bert_encoder(6, hidden=32, heads=4, seq=8, batch=2)
+    program = capture(fn, *args)
+    assert not any(s.get("role") == "weight" for s in program["inputs"])
+    pieces = find_pieces(program)
+    assert pieces is not None and len(pieces) >= 6 and len({p.signature for p in pieces}) <= 3
+    profile = with_overrides(PROFILE, {"kernel.max_gemms": 1})  # cuts then lose nothing (see above)
+    options, timings = OptimizeOptions(), {}
+    stitched = search_pieces(program, pieces, lambda piece: search(piece, profile, options, timings))
+    whole = search(program, profile, options, timings)
+    estimate = lambda s: build_kernel_program(s.candidate, profile, groups=s.groups).total.time_s
+    assert estimate(stitched) == pytest.approx(estimate(whole), rel=1e-6)
+
+
 def test_the_stitched_floor_adds_each_piece_s_floor_once_per_place_it_runs(encoder):
     program, _ = encoder
     options, timings, by_signature = OptimizeOptions(), {}, {}
