@@ -171,12 +171,12 @@ def table(result: dict[str, Any], meta: dict[str, Any]) -> str:
               f"{fmt(unlimited['worst_ratio'], '.4f')}.",
               f"Peak resident memory of the server optimizing the 12-layer encoder: "
               f"{rss['peak_rss_bytes'] / 2**30:.2f} GiB over {rss['processes']} processes (limit 2 GiB).", "",
-              "| program | eqns | wall | ingest | saturate | extract | fuse | kernels | validate | e-nodes "
-              "| speedup vs baseline | estimate vs before | validation |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+              "| program | eqns | wall | stages / wall | ingest | saturate | extract | fuse | kernels | validate "
+              "| e-nodes | speedup vs baseline | estimate vs before | validation |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in result["rows"]:
         t = r["timings_s"]
-        lines.append(f"| {r['key']} | {r['equations']} | {r['wall_s']:.2f} s | "
+        lines.append(f"| {r['key']} | {r['equations']} | {r['wall_s']:.2f} s | {sum(t.values()) / r['wall_s']:.2f} | "
                      + " | ".join(f"{t.get(k, 0):.2f}" for k in ("ingest", "saturate", "extract", "fuse",
                                                                  "extract_kernels", "validate"))
                      + f" | {r['enodes']} | {r['speedup_vs_baseline']:.3f}x | {fmt(r['vs_reference'], '.4f')} "

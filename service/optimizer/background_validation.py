@@ -124,7 +124,7 @@ class BackgroundValidation:
         try:
             return validate(self.original, self.algebraic, self.fp_mode, draws=self.speculative, memory=self.memory)
         finally:  # reported apart: it ran beside the fusion stages
-            self.timings["validate_background"] = round(time.perf_counter() - begin, 6)
+            self.timings["validate"] = round(time.perf_counter() - begin, 6)
 
     def result_for(self, candidate: dict[str, Any]) -> dict[str, Any]:
         started = self.algebraic is not None

@@ -74,7 +74,8 @@ def _optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | 
     with stage(timings, "partition"):
         pieces = find_pieces(nested) if options.rules else None
     overlap = options.validate_result and pieces is None  # a piecewise search has no early algebraic optimum
-    with BackgroundValidation(program, options.fp_mode, timings) if overlap else nullcontext() as early:
+    background: dict[str, float] = {}  # work beside the stages, not part of their sum
+    with BackgroundValidation(program, options.fp_mode, background) if overlap else nullcontext() as early:
         if pieces is None:
             found = search(nested, profile, options, timings, early, [written, *others], extra_rules)
         else:  # an encoder's layers: each kind of piece searched once, in a share of the time limit
@@ -106,10 +107,13 @@ def _optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | 
     # the e-graph's record of what each value stands for names the searched program's values: the request's when
     # no loop was rewritten first
     provenance = found.provenance if candidate is found.candidate and nested == program else {}
-    return _response(identity, profile, candidate, lowered, baseline,
-                     _estimates(profile, naive, baseline, lowered, [program, written, candidate], found.floor),
-                     validation, _report(found, fusion_report, timings, notes, control_flow, program, candidate),
-                     provenance)
+    start = time.perf_counter()
+    response = _response(identity, profile, candidate, lowered, baseline,
+                         _estimates(profile, naive, baseline, lowered, [program, written, candidate], found.floor),
+                         validation, _report(found, fusion_report, timings, background, notes, control_flow, program,
+                                             candidate), provenance)
+    response["report"]["timings_s"]["respond"] = round(time.perf_counter() - start, 6)
+    return response
 
 
 def original_response(program: dict[str, Any], hardware: str | dict | HardwareProfile | None,
@@ -204,8 +208,8 @@ def _kernels(found: Search, written: dict[str, Any], baseline: KernelProgram, pr
     return candidate, lowered, report
 
 
-def _report(found: Search, fusion_report: dict[str, Any], timings: dict[str, float], notes: list[str],
-            control_flow: Any, program: dict, candidate: dict) -> dict[str, Any]:
+def _report(found: Search, fusion_report: dict[str, Any], timings: dict[str, float], background: dict[str, float],
+            notes: list[str], control_flow: Any, program: dict, candidate: dict) -> dict[str, Any]:
     saturation, fusion, sizes = found.saturation, found.fusion, found.egraph
     return {
         "rewrites": {**saturation.rules_fired, **fusion.rules_fired},
@@ -219,6 +223,7 @@ def _report(found: Search, fusion_report: dict[str, Any], timings: dict[str, flo
         "equations": {"original": len(program["eqns"]), "optimized": len(candidate["eqns"]),
                       "op_delta": op_delta(program, candidate)},
         "timings_s": {k: round(v, 6) for k, v in timings.items()},
+        "background_s": background,
         "notes": notes,
         "control_flow": control_flow,
     }

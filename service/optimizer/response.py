@@ -154,7 +154,12 @@ class Report(_Open):
                                                             "baseline's and which was returned")
     partition: dict[str, int] | None = Field(None, description="pieces the program was cut into and searched")
     equations: EquationCounts = Field(description="program sizes")
-    timings_s: dict[str, float] = Field(description="seconds per pipeline stage")
+    timings_s: dict[str, float] = Field(description="seconds per stage, one after another: they add up to the "
+                                                    "request's wall time (a client adds its own: `capture`, "
+                                                    "`client`, `validate_torch`, `build`)")
+    background_s: dict[str, float] = Field(default_factory=dict, description="seconds of work that ran beside the "
+                                                                             "stages (`validate`: the algebraic "
+                                                                             "optimum's check, beside fusion)")
     notes: list[str] = Field(description="what the optimizer decided and why, in words")
     control_flow: list[dict[str, Any]] | None = Field(description="per nested body (scan, while, cond): its "
                                                                   "equation, rewrites, validation")

@@ -4,6 +4,7 @@ result's `fn` takes and returns torch tensors equal to PyTorch eager; `optu opti
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import torch
@@ -39,6 +40,19 @@ def test_an_nn_module_is_optimized_in_process_and_fn_takes_torch_tensors():
     assert [s["role"] for s in result.program["inputs"]].count("weight") == 5
     _check_torch_fn(result, model, x)
     _check_torch_fn(result, model, torch.randn(4, 16))  # new values, same shapes
+
+
+def test_the_report_s_stages_add_up_to_the_call_s_wall_time():
+    """Capture, the optimizer's stages, the client's own time and PyTorch's check, one after another:
+    their sum is the call's wall time, all but the few lines between them."""
+    model, x = TwoLayer().eval(), torch.randn(4, 16)
+    start = time.perf_counter()
+    result = optimize(model, x, time_limit_s=5)
+    wall = time.perf_counter() - start
+    stages = result.report["timings_s"]
+    assert {"capture", "client", "validate_torch", "build", "search" if "search" in stages else "fuse"} <= set(stages)
+    assert 0.95 * wall <= sum(stages.values()) <= wall
+    assert set(result.report["background_s"]) <= {"validate"}  # beside fusion: not a stage of the sum
 
 
 def test_a_function_of_tensors_keeps_its_output_structure():
