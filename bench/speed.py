@@ -2,7 +2,10 @@
 of shapes and styles the optimizer was not tuned on, and how it grows.
 
 - Encoders written in plain jax.numpy, flax.linen and equinox (bench/models/encoders.py) over a
-  family of shapes (hidden 256-1024, 4-16 heads, seq 64-512, batch 8), at 1 and 12 layers.
+  family of shapes (hidden 256-1024, 4-16 heads, seq 64-512, batch 8), at 1 and 12 layers, their
+  weights marked as weights, and the plain one also with them passed as ordinary arguments.
+- Small models of the Hugging Face zoo (bench/models/hf_zoo.py) as their users call them, through
+  torch.export and the check against PyTorch.
 - Matmul chains of 40, 80 and 160 products with dimensions drawn from {8, 16, 64, 256, 512},
   three seeds each; the 80-chains also under an unlimited search (the server's largest limits),
   whose estimate the default must reach within 1%.
@@ -53,10 +56,12 @@ SEEDS = (0, 1, 2)
 CHAIN_DIMS = (8, 16, 64, 256, 512)
 UNLIMITED = {"time_limit_s": 60.0, "node_limit": 500_000, "iter_limit": 100}
 TARGETS_S = {"encoder, 1 layer": 1.5, "encoder, 12 layers": 10.0, "chain 40": None, "chain 80": 1.0,
-             "chain 160": 3.0}
+             "chain 160": 3.0, "hugging face": 5.0}
+# small models of the Hugging Face zoo, one per kind: encoder, decoders (GPT-2, Llama), vision ones
+HUGGING_FACE = ("bert", "gpt2", "llama", "vit", "resnet", "convnext")
 RSS_LIMIT_BYTES = 2 * 2**30
 TINY = {"one": ((64, 4, 16),), "twelve": ((64, 4, 16),), "layers": (1, 2), "chains": (6, 12), "seeds": (0,),
-        "batch": 2}
+        "batch": 2, "hugging_face": ("bert",)}
 
 
 def random_chain(length: int, seed: int) -> tuple[Callable[..., Any], tuple, tuple]:
@@ -74,8 +79,13 @@ def random_chain(length: int, seed: int) -> tuple[Callable[..., Any], tuple, tup
 
 def measure(key: str, group: str, workload: tuple, options: dict[str, Any] | None = None) -> dict[str, Any]:
     fn, args, weights = workload
+    return _timed(key, group, lambda: optimize(fn, *args, weight_argnums=weights, **(options or {})))
+
+
+def _timed(key: str, group: str, run: Callable[[], Any]) -> dict[str, Any]:
+    """One row: `run` (a client optimize call) timed end to end, with its report and estimates."""
     start = time.perf_counter()
-    result = optimize(fn, *args, weight_argnums=weights, **(options or {}))
+    result = run()
     wall = time.perf_counter() - start
     estimate = result.estimate
     row = {"key": key, "group": group, "wall_s": wall, "timings_s": result.report["timings_s"],
@@ -88,9 +98,28 @@ def measure(key: str, group: str, workload: tuple, options: dict[str, Any] | Non
 
 
 def encoder_rows(shapes: Sequence[tuple[int, int, int]], layers: int, batch: int) -> list[dict[str, Any]]:
+    """Each style with its weights marked, and the plain one also with its weights passed as
+    ordinary arguments (`plain-args`), as most callers of a jit wrapper pass them."""
     group = f"encoder, {layers} layer{'s' if layers > 1 else ''}"
-    return [measure(f"{style} {layers}L h{h} a{a} s{s}", group, encoder(style, layers, h, a, s, batch))
-            for h, a, s in shapes for style in STYLES]
+    rows = []
+    for h, a, s in shapes:
+        rows += [measure(f"{style} {layers}L h{h} a{a} s{s}", group, encoder(style, layers, h, a, s, batch))
+                 for style in STYLES]
+        fn, args, _ = encoder("plain", layers, h, a, s, batch)
+        rows.append(measure(f"plain-args {layers}L h{h} a{a} s{s}", group, (fn, args, ())))
+    return rows
+
+
+def hugging_face_rows(names: Sequence[str]) -> list[dict[str, Any]]:
+    """Models of the Hugging Face zoo (bench/models/hf_zoo.py) as their users call them: capture
+    through torch.export, the check against PyTorch and the callable included."""
+    from bench.models.hf_zoo import ZOO
+
+    def run(name: str):
+        model, inputs = ZOO[name].build()
+        return lambda: optimize(model, **inputs)
+
+    return [_timed(f"hf {name}", "hugging face", run(name)) for name in names]
 
 
 def chain_rows(lengths: Sequence[int], seeds: Sequence[int]) -> list[dict[str, Any]]:
@@ -193,13 +222,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--no-readme", action="store_true")
     args = parser.parse_args(argv)
     shapes = TINY if args.tiny else {"one": ONE_LAYER_SHAPES, "twelve": TWELVE_LAYER_SHAPES, "layers": LAYERS,
-                                     "chains": CHAIN_LENGTHS, "seeds": SEEDS, "batch": 8}
+                                     "chains": CHAIN_LENGTHS, "seeds": SEEDS, "batch": 8,
+                                     "hugging_face": HUGGING_FACE}
     bert = (768, 12, 128) if not args.tiny else shapes["one"][0]
     measure("warm-up", "warm-up", encoder("plain", 1, 64, 4, 16, 2))
     warm_up(pipeline.optimize)  # as a server's worker starts
     settle_start_up_heap()
     rows = [*encoder_rows(shapes["one"], 1, shapes["batch"]), *encoder_rows(shapes["twelve"], 12, shapes["batch"]),
-            *chain_rows(shapes["chains"], shapes["seeds"])]
+            *chain_rows(shapes["chains"], shapes["seeds"]), *hugging_face_rows(shapes["hugging_face"])]
     if args.reference:
         write_json(REFERENCE, {"machine": machine(), "estimates_s": {r["key"]: r["estimate_s"] for r in rows}})
         return {"rows": rows}
