@@ -19,14 +19,10 @@ from collections.abc import Sequence
 from costmodel.egraph_view import EGraphView
 
 
-def heaviest_path_floor(view: EGraphView, cost: dict[str, float]) -> float:
-    """The least, over the acyclic programs of `view`, of their costliest path from an output to
-    the leaves under `cost` (non-negative, per e-node id): at most each program's total cost."""
-    return heaviest_path_floors(view, [cost])[0]
-
-
 def heaviest_path_floors(view: EGraphView, costs: Sequence[dict[str, float]]) -> list[float]:
-    """`heaviest_path_floor` under each of `costs`, the e-graph's reader lists built once."""
+    """Under each of `costs` (non-negative, per e-node id), the least over the acyclic programs of
+    `view` of their costliest path from an output to the leaves: at most each program's total
+    cost. The e-graph's reader lists are built once for all of them."""
     readers: dict[str, list] = {}
     nodes, leaves = [], []
     for cls in view.classes.values():

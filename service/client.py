@@ -19,7 +19,7 @@ from service.client_result import OptimizeError, OptimizeResult
 from service.http.api_models import count_equations, error_status, resolve_hardware
 from service.http.settings import get_settings, request_options
 from service.optimizer.options import OptimizeOptions
-from service.optimizer.progress import listening
+from service.optimizer.progress import listening, stage
 from service.optimizer.response import OptimizeResponse
 from wire.capture import capture, capture_with_trees
 from wire.execute import program_to_callable
@@ -204,8 +204,8 @@ def optimize(fn: Callable[..., Any], *args: Any, server: str | None = None,
     `past_key_values=`). The optimized program is also checked against PyTorch running the
     exported graph (`response["torch_validation"]`); one that disagrees raises OptimizeError."""
     model_kwargs = {k: options.pop(k) for k in list(options) if k not in OptimizeOptions.model_fields}
-    clock = _ClientClock()
-    with clock.stage("capture"):
+    stages: dict[str, float] = {}  # the client's own, added to the optimizer's
+    with stage(stages, "capture"):
         if torch_client.takes_torch(fn, (args, model_kwargs)):
             captured = torch_client.capture(fn, args, model_kwargs)
         elif model_kwargs:
@@ -217,8 +217,8 @@ def optimize(fn: Callable[..., Any], *args: Any, server: str | None = None,
             program, in_tree, out_tree = capture_with_trees(fn, *args, weight_argnums=weight_argnums)
         else:
             program = captured.program
-    response = clock.request(lambda: optimize_program(program, server=server, hardware=hardware, timeout=timeout,
-                                                      options=options, progress=progress))
+    response = _timed_request(stages, lambda: optimize_program(program, server=server, hardware=hardware,
+                                                               timeout=timeout, options=options, progress=progress))
     if response["validation"]["status"] == "inconclusive":
         warnings.warn(f"optu: the optimized program's validation is inconclusive "
                       f"({response['validation'].get('reason')}); check `.validation` before using `.fn`",
@@ -226,47 +226,30 @@ def optimize(fn: Callable[..., Any], *args: Any, server: str | None = None,
     if captured is not None:
         if options.get("validate", True):
             # the reference that matters to a PyTorch user: PyTorch itself, run on the exported graph
-            with clock.stage("validate_torch"):
+            with stage(stages, "validate_torch"):
                 response["torch_validation"] = torch_client.validate_against_torch(captured, response["program"])
             if response["torch_validation"]["status"] == "failed":
                 raise OptimizeError(f"the optimized program disagrees with PyTorch: "
                                     f"{response['torch_validation']['reason']}", detail=response["torch_validation"])
-        with clock.stage("build"):
+        with stage(stages, "build"):
             result = OptimizeResult(response=response, fn=torch_client.TorchFunction(response["program"], captured),
                                     original=program)
     else:
-        with clock.stage("build"):
+        with stage(stages, "build"):
             result = _result(response, in_tree, out_tree, program)
-    return clock.report_into(result)
+    result.report["timings_s"].update(stages)  # so that the stages add up to the call's wall time
+    return result
 
 
-class _ClientClock:
-    """The client's own stages beside the optimizer's: `capture`, `client` (a request's time outside
-    the optimizer's stages: serialization, transport, a job's queueing, first imports), and after
-    the response `validate_torch` and `build`; added to the report's stages so that they add up to
-    the call's wall time (a cached response's stages are those of the request that computed it)."""
-
-    def __init__(self) -> None:
-        self.stages: dict[str, float] = {}
-
-    @contextmanager
-    def stage(self, name: str) -> Iterator[None]:
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.stages[name] = self.stages.get(name, 0.0) + time.perf_counter() - start
-
-    def request(self, send: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-        start = time.perf_counter()
-        response = send()
-        optimizer = sum((response.get("report") or {}).get("timings_s", {}).values())
-        self.stages["client"] = max(0.0, time.perf_counter() - start - optimizer)
-        return response
-
-    def report_into(self, result: OptimizeResult) -> OptimizeResult:
-        result.response["report"]["timings_s"].update({k: round(v, 6) for k, v in self.stages.items()})
-        return result
+def _timed_request(stages: dict[str, float], send: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """`send()`'s response; `stages["client"]` gets the request's time outside the optimizer's own
+    stages (serialization, transport, a job's queueing, first imports; a cached response's stages
+    are those of the request that computed it)."""
+    start = time.perf_counter()
+    response = send()
+    optimizer = sum((response.get("report") or {}).get("timings_s", {}).values())
+    stages["client"] = round(max(0.0, time.perf_counter() - start - optimizer), 6)
+    return response
 
 
 class OptimizedFunction:

@@ -25,9 +25,10 @@ from service.optimizer.loop_hoist import hoist_scan_projections, scan_projection
 from service.optimizer.loop_invariants import tidy_loops
 from service.optimizer.options import OptimizeOptions
 from service.optimizer.partition import find_pieces, search_pieces
+from service.optimizer.progress import stage
 from service.optimizer.request_key import canonical_request_id
 from service.optimizer.response import typed
-from service.optimizer.search import FLOOR_RESOURCES, EGraphFloor, Search, budget, search, stage
+from service.optimizer.search import FLOOR_RESOURCES, EGraphFloor, Search, budget, search
 from service.optimizer.simplify import simplify
 from wire.execute import typecheck
 from wire.precision import declared_precision

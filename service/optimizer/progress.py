@@ -3,6 +3,7 @@ size, the best estimate so far) to whoever listens in this context, such as a jo
 context variable, so the stages need no extra parameter and a run nobody watches pays nothing."""
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Callable, Iterator
@@ -27,3 +28,15 @@ def report(**facts: Any) -> None:
     listener = _listener.get()
     if listener is not None:
         listener(facts)
+
+
+@contextmanager
+def stage(timings: dict[str, float], name: str) -> Iterator[None]:
+    """Adds the block's wall time to `timings[name]` (a piecewise search runs a stage per piece),
+    and reports the stage as progress."""
+    report(stage=name)
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[name] = round(timings.get(name, 0.0) + time.perf_counter() - start, 6)

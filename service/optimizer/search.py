@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -29,7 +29,7 @@ from rewrites.registry import NamedRule
 from rewrites.schedule import FUSION_ONLY, NO_RULES, Budget, SaturationReport, saturate, schedule_for
 from service.optimizer.background_validation import BackgroundValidation
 from service.optimizer.options import OptimizeOptions
-from service.optimizer.progress import report
+from service.optimizer.progress import report, stage
 
 AUTO_ILP_NODE_BUDGET = 5_000  # beyond this the ILP rarely proves anything in the time it gets
 # Kernel e-graphs are harder (exclusive GEMMs, tee requirements, weak LP bounds). Started from
@@ -83,16 +83,6 @@ class Search:
     provenance: dict[str, str] = field(default_factory=dict)
     # per resource, the least any program in the kernel e-graph(s) needs per call (None: no e-graph searched)
     floor: EGraphFloor | None = None
-
-
-@contextmanager
-def stage(timings: dict[str, float], name: str):
-    """Adds the block's wall time to `timings[name]` (a piecewise search runs a stage per piece),
-    and reports the stage as the search's progress."""
-    report(stage=name)
-    start = time.perf_counter()
-    yield
-    timings[name] = round(timings.get(name, 0.0) + time.perf_counter() - start, 6)
 
 
 def _progress(saturation: SaturationReport) -> None:

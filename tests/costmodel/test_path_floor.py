@@ -5,8 +5,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from costmodel.egraph_view import EGraphView, ENode
-from costmodel.path_floor import heaviest_path_floor
+from costmodel.path_floor import heaviest_path_floors
 from tests.egraph_cases import egraphs, least_dag_cost
+
+
+def heaviest_path_floor(view: EGraphView, cost: dict[str, float]) -> float:
+    return heaviest_path_floors(view, [cost])[0]
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -14,6 +18,15 @@ from tests.egraph_cases import egraphs, least_dag_cost
 def test_the_heaviest_path_floor_is_under_every_acyclic_program(case):
     view, table = case
     assert heaviest_path_floor(view, table) <= least_dag_cost(view, table) + 1e-12
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(egraphs())
+def test_floors_under_several_costs_at_once_are_each_cost_s_own(case):
+    view, table = case
+    doubled = {i: 2 * c for i, c in table.items()}
+    assert heaviest_path_floors(view, [table, doubled]) == [heaviest_path_floor(view, table),
+                                                            heaviest_path_floor(view, doubled)]
 
 
 def test_a_chain_s_floor_is_its_whole_cost():
