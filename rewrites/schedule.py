@@ -20,11 +20,12 @@ from rewrites.idioms import IDIOMS
 from rewrites.layout import LAYOUT
 from rewrites.matmul import MATMUL
 from rewrites.merge import MERGE
+from rewrites.online_softmax import ONLINE_SOFTMAX
 from rewrites.registry import FpMode, NamedRule, rule_names_by_decl
 from rewrites.runner import RunResult, run_ruleset
 from rewrites.shapes import SHAPES
 
-SINGLE_PATTERN = [ALGEBRA, LAYOUT, MATMUL, IDIOMS]
+SINGLE_PATTERN = [ALGEBRA, LAYOUT, MATMUL, IDIOMS, ONLINE_SOFTMAX]
 MULTI_PATTERN = [MERGE]  # merges run a bounded number of rounds: they feed on their own output
 ALL_FAMILIES = [*SINGLE_PATTERN, *MULTI_PATTERN]  # the algebra; fusion runs as its own stage
 _RULE_NAMES = rule_names_by_decl(r for f in [*ALL_FAMILIES, FUSION] for r in f.rules)
