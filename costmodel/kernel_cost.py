@@ -18,6 +18,7 @@ from typing import Literal
 
 from costmodel.egraph_view import BodyNode, EClass, EGraphView, ENode, closed_bottom_up
 from costmodel.formulas import Estimate, kernel_estimate, launch_time, memory_time
+from costmodel.key_blocking import BlockedWork, Step, blocked_options, key_region
 from costmodel.node_equation import LEAF_OPS, node_equation
 from costmodel.op_cost import FREE_OPS, Aval, OpCost, nbytes, op_cost
 from costmodel.profile import HardwareProfile
@@ -66,6 +67,27 @@ def fused_estimate(profile: HardwareProfile, parts: list[OpCost], read_bytes: in
     bound = max(parts, key=lambda c: c.time_s).bound if compute > 0 else "vector"
     return kernel_estimate(profile, compute, sum(c.energy_j for c in parts), sum(c.flops for c in parts), hbm, bound,
                            inputs, outputs)
+
+
+def key_blocked(profile: HardwareProfile, steps: list[Step], parts: list[OpCost], avals: dict[str, Aval],
+                read_bytes: int, write_bytes: int, intermediate_bytes: int, inputs: list[str], outputs: int,
+                counted: set[str], written: set[str]) -> BlockedWork | None:
+    """The cheapest key-blocked form of a kernel (costmodel/key_blocking.py) where it holds an
+    attention and that form is cheaper than the kernel as it is; `counted`: the values
+    `intermediate_bytes` holds, `written`: those it writes to HBM."""
+    if sum(s.op == "dot_general" for s in steps) < 2:
+        return None
+    region = key_region(steps, avals, written)
+    if region is None:
+        return None
+
+    def time_s(parts, read_bytes, intermediate_bytes) -> float:
+        return fused_estimate(profile, parts, read_bytes, write_bytes, intermediate_bytes, len(inputs), outputs).time_s
+
+    options = blocked_options(profile, region, steps, parts, avals, read_bytes, intermediate_bytes, set(inputs), counted)
+    best = min(options, key=lambda w: time_s(w.parts, w.read_bytes, w.intermediate_bytes), default=None)
+    plain = time_s(parts, read_bytes, intermediate_bytes)
+    return best if best and time_s(best.parts, best.read_bytes, best.intermediate_bytes) < plain else None
 
 
 def gemm_kernel_time(profile: HardwareProfile, params: dict, dtype: str, m: int, k: int, n: int) -> float:
@@ -167,9 +189,10 @@ class NodeCoster:
     inputs are left out: every order of the same products reads them, overlapped with compute.)"""
 
     def __init__(self, view: EGraphView, table: ParamsTable, profile: HardwareProfile, static: set[str],
-                 proxy: Proxy | None = None):
+                 proxy: Proxy | None = None, key_blocking: bool = False):
         self.view, self.table, self.profile, self.static = view, table, profile, static
         self.proxy = proxy
+        self.key_blocking = key_blocking  # attention kernels may run key-blocked (real mode's online softmax)
         self.bytes = {cid: class_bytes(cls) for cid, cls in view.classes.items()}  # each class's value
         self.reads = read_bytes(view, self.bytes)
         self.body_costs: dict[BodyNode, OpCost] = {}  # body ops are shared by many kernel nodes
@@ -229,15 +252,32 @@ class NodeCoster:
             ops = node.body_ops
             written = set(node.attrs[1]) if node.op == "kernel_tee" else set()
             parts = [self.body_cost(b) for b in ops]
-            inside = sum(size[b.eclass] for b in ops[:-1] if b.op not in VIEW_TERMS and b not in written)
+            counted = [b.eclass for b in ops[:-1] if b.op not in VIEW_TERMS and b not in written]
+            inside = sum(size[c] for c in counted)
             write = size[node.eclass] + sum(size[b.eclass] for b in written)
             reads = sum(self.reads[c] for c in node.children)
-            return parts, reads, write, inside, len(node.children), 1 + len(written)
+            outputs = 1 + len(written)
+            blocked = self.key_blocking and self._blocked(node, parts, reads, write, inside, outputs, set(counted),
+                                                          {node.eclass, *(b.eclass for b in written)})
+            if blocked:
+                return blocked.parts, blocked.read_bytes, write, blocked.intermediate_bytes, len(node.children), outputs
+            return parts, reads, write, inside, len(node.children), outputs
         if cost.kind == "host":  # a host op reads whole buffers: folding views in is a kernel's trick
             reads = sum(self.bytes[c] for c in node.children)
         else:
             reads = sum(self.reads[c] for c in node.children)
         return [cost], reads, self.bytes[node.eclass], 0, len(node.children), 1
+
+    def _blocked(self, node: ENode, parts: list[OpCost], reads: int, write: int, inside: int, outputs: int,
+                 counted: set[str], written: set[str]) -> BlockedWork | None:
+        """The kernel node's key-blocked form where it is cheaper (`_work`'s arguments for it)."""
+        if sum(b.op == "dot" for b in node.body_ops) < 2:
+            return None
+        steps = [Step(*node_equation(b, self.view.classes[b.eclass], self.table), tuple(o.eclass for o in b.operands),
+                      b.eclass) for b in node.body_ops]
+        avals = {c: self.aval(c) for s in steps for c in (s.out, *s.ins)}
+        return key_blocked(self.profile, steps, parts, avals, reads, write, inside, list(node.children), outputs,
+                           counted, written)
 
     def estimate(self, node: ENode) -> Estimate:
         if node.op in KERNEL_OPS:

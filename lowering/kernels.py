@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from costmodel.formulas import Estimate, sum_estimates
-from costmodel.kernel_cost import VIEW_OPS, fused_estimate
+from costmodel.key_blocking import Step
+from costmodel.kernel_cost import VIEW_OPS, fused_estimate, key_blocked
 from costmodel.op_cost import Aval, OpCost, nbytes, op_cost
 from costmodel.profile import HardwareProfile
 from wire.primitives import GEMMS, nested_programs
@@ -117,8 +118,10 @@ def eqn_cost(profile: HardwareProfile, eqn: dict[str, Any], avals: dict[str, Ava
 
 
 def build_kernel_program(program: dict[str, Any], profile: HardwareProfile, policy: FusionPolicy = CONVENTIONAL,
-                         groups: list[list[int]] | None = None) -> KernelProgram:
-    """Kernels of `program`: the given `groups` of equation indices, else those of `policy`."""
+                         groups: list[list[int]] | None = None, key_blocking: bool = False) -> KernelProgram:
+    """Kernels of `program`: the given `groups` of equation indices, else those of `policy`.
+    `key_blocking`: an attention kernel runs key-blocked where that is cheaper (costmodel/key_blocking.py;
+    the online softmax reorders sums, so real mode only, and a conventional compiler does not)."""
     avals, static = avals_of(program), static_names(program, profile.kernel.precompute_weights)
     costs = [eqn_cost(profile, e, avals) for e in program["eqns"]]
     placer = _Placer(program, costs)
@@ -130,7 +133,7 @@ def build_kernel_program(program: dict[str, Any], profile: HardwareProfile, poli
     kernels, precompute, escaping = placer.kernels, placer.precompute, placer.escaping
     for group in (kernels, precompute):
         for kernel in group:
-            _finish(kernel, program, costs, avals, profile, escaping)
+            _finish(kernel, program, costs, avals, profile, escaping, key_blocking)
     return KernelProgram(kernels, precompute, sum_estimates([k.estimate for k in kernels]),
                          sum_estimates([k.estimate for k in precompute]))
 
@@ -244,9 +247,10 @@ def kernel_kind(parts: list[OpCost], ops: list[str]) -> str:
 
 
 def _finish(kernel: Kernel, program, costs: list[OpCost], avals, profile: HardwareProfile,
-            escaping: set[str]) -> None:
+            escaping: set[str], key_blocking: bool) -> None:
     """Kind, ops, buffers (inputs and outputs in HBM; intermediates in SRAM, or spilled when they
-    do not fit), tiling of its GEMM and the estimate."""
+    do not fit; an attention's scores in tiles when it runs key-blocked), tiling of its GEMM (and
+    its blocks) and the estimate."""
     eqns = [program["eqns"][i] for i in kernel.eqns]
     produced = [o["name"] for e in eqns for o in e["out"]]
     inside = set(produced)
@@ -258,14 +262,20 @@ def _finish(kernel: Kernel, program, costs: list[OpCost], avals, profile: Hardwa
     views = {o["name"] for i in kernel.eqns if program["eqns"][i]["op"] in VIEW_OPS for o in program["eqns"][i]["out"]}
     intermediates = [n for n in produced if n not in kernel.outputs and n not in views]
     inside_bytes = sum(nbytes(avals[n]) for n in intermediates)
+    read, write = sum(_read_bytes(n, eqns, avals) for n in kernel.inputs), sum(nbytes(avals[n]) for n in kernel.outputs)
+    kernel.tiling = _tiling([c.tiling for c in parts if c.kind == "gemm"])
+    steps = [Step(e["op"], e.get("params") or {}, tuple(a if isinstance(a, str) else None for a in e["in"]),
+                  e["out"][0]["name"]) for e in eqns]
+    blocked = key_blocking and key_blocked(profile, steps, parts, avals, read, write, inside_bytes, kernel.inputs,
+                                           len(kernel.outputs), set(intermediates), set(kernel.outputs))
+    if blocked:
+        kernel.kind, kernel.tiling = "key_blocked", {**kernel.tiling, **blocked.tiling}
+        parts, read, inside_bytes = blocked.parts, blocked.read_bytes, blocked.intermediate_bytes
     level = "sram" if inside_bytes <= profile.memory.sram_bytes else "spill"
     kernel.buffers = [_buffer(n, avals[n], role, lvl) for names, role, lvl in
                       ((kernel.inputs, "input", "hbm"), (kernel.outputs, "output", "hbm"),
                        (intermediates, "intermediate", level)) for n in names]
-    kernel.tiling = _tiling([c.tiling for c in parts if c.kind == "gemm"])
-    kernel.estimate = fused_estimate(profile, parts, sum(_read_bytes(n, eqns, avals) for n in kernel.inputs),
-                                     sum(nbytes(avals[n]) for n in kernel.outputs), inside_bytes,
-                                     len(kernel.inputs), len(kernel.outputs))
+    kernel.estimate = fused_estimate(profile, parts, read, write, inside_bytes, len(kernel.inputs), len(kernel.outputs))
 
 
 def _tiling(gemms: list[dict[str, int]]) -> dict[str, int]:

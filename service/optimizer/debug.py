@@ -28,7 +28,7 @@ class DebugKernelSpec(BaseModel):
     model_config = ConfigDict(extra="allow")  # the rest of a response's kernel (estimate, buffers) passes
 
     id: int = Field(description="the kernel's id")
-    kind: str = Field("vector", description="optical_gemm, vector, fused or host")
+    kind: str = Field("vector", description="optical_gemm, vector, fused, key_blocked or host")
     ops: list[str] = Field(description="primitives the kernel computes")
     inputs: list[str] = Field(description="values of the optimized program it reads")
     outputs: list[str] = Field(description="values of the optimized program it writes")

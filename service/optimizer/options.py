@@ -39,6 +39,12 @@ class OptimizeOptions(BaseModel):
             raise ValueError(f"unknown rule(s) {', '.join(unknown)}")
         return sorted(set(names))
 
+    @property
+    def key_blocking(self) -> bool:
+        """Attention kernels may run key-blocked: the online softmax's identity (a real-mode rule,
+        it reorders sums) applied block by block, so only where that rule may run."""
+        return self.rules and self.fp_mode == "real" and "softmax-dot-of-concat" not in self.exclude_rules
+
     @classmethod
     def coerce(cls, options: OptimizeOptions | dict | None) -> OptimizeOptions:
         """`options` as given, a dict validated, None the defaults."""

@@ -89,7 +89,7 @@ def _optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | 
         with stage(timings, "lower"):
             naive = build_kernel_program(program, profile, NAIVE)
             baseline = baseline_kernels(written, profile)
-            candidate, lowered, fusion_report = _kernels(found, written, baseline, profile, notes)
+            candidate, lowered, fusion_report = _kernels(found, written, baseline, profile, options, notes)
         with stage(timings, "validate"):
             if not options.validate_result:
                 validation = {"status": "skipped", "max_rel_error": None, "trials": 0, "reason": "validation turned off by the request"}
@@ -183,7 +183,7 @@ def _loop_notes(moved: int, hoisted: int) -> list[str]:
 
 
 def _kernels(found: Search, written: dict[str, Any], baseline: KernelProgram, profile: HardwareProfile,
-             notes: list[str]) -> tuple[dict[str, Any], KernelProgram, dict[str, Any]]:
+             options: OptimizeOptions, notes: list[str]) -> tuple[dict[str, Any], KernelProgram, dict[str, Any]]:
     """The program to return, its kernels and the fusion report: the search's program with its
     extracted kernels, or a policy's where cheaper (a piecewise search's kernels end at its cuts, a
     policy's need not); the baseline's program (`written`) where that is no slower or the gain is
@@ -192,7 +192,7 @@ def _kernels(found: Search, written: dict[str, Any], baseline: KernelProgram, pr
         notes.append(f"extraction produced a cycle ({found.cycle}); returning the baseline's program")
         return written, baseline, {"chosen": "baseline"}
     candidate = found.candidate
-    extracted = build_kernel_program(candidate, profile, groups=found.groups)
+    extracted = build_kernel_program(candidate, profile, groups=found.groups, key_blocking=options.key_blocking)
     chosen, lowered = min([("egraph", extracted), *((p.name, build_kernel_program(candidate, profile, p))
                                                     for p in POLICIES)], key=lambda c: c[1].total.time_s)
     report = {"egraph_s": extracted.total.time_s, "baseline_s": baseline.total.time_s, "chosen": chosen,

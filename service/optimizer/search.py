@@ -193,7 +193,7 @@ def _extract_stage(view: EGraphView, loaded: LoadedProgram, profile: HardwarePro
     programs, by its number) each make a program extraction may start from. Returns the extraction
     and the coster that priced it."""
     coster = NodeCoster(view, loaded.params, profile, static_classes(view, program, profile.kernel.precompute_weights),
-                        proxy)
+                        proxy, options.key_blocking)
     node_cost = {n.id: coster(n) for c in view.classes.values() for n in c.nodes}
     exclusive, requires = gemm_exclusive_groups(view), tee_requirements(view)
     warm = None

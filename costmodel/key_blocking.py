@@ -1,0 +1,218 @@
+"""Key-blocked (flash) attention kernels: a fused kernel computing softmax(E(S)) @ V, with S a
+product's scores and E any elementwise work on them (scale, mask, bias, softcap), runs over blocks
+of keys holding a running row max, sum and output on chip (the online softmax identity,
+rewrites/online_softmax.py, applied block by block), so no score-sized value leaves the chip.
+
+Priced by the kernel's own work with the score-sized intermediates replaced by one block's tiles,
+each product priced per block (a stationary tile loaded per block: more loads for smaller query
+blocks) and the keys and values read from HBM once per query block. The query and key block sizes
+are the cheapest under the SRAM capacity; a kernel whose plain form is cheaper keeps it. Extraction
+(costmodel/kernel_cost.py) and the kernel program (lowering/kernels.py) describe a kernel as the
+same `Step`s, so both price it alike.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+from costmodel.formulas import dtype_bytes, vector_cost
+from costmodel.op_cost import Aval, OpCost, nbytes, op_cost
+from costmodel.profile import HardwareProfile
+
+# Ops a value passes through unchanged in meaning for the row statistics: views, and the softmax's
+# stop_gradient (a forward no-op).
+_TRANSPARENT = frozenset(["broadcast_in_dim", "reshape", "expand_dims", "squeeze", "stop_gradient", "copy"])
+_ELEMENTWISE_ARITY = {"select_n": 3}
+MIN_BLOCK = 16  # smaller query or key blocks only add per-block overheads
+
+
+@dataclass(frozen=True)
+class Step:
+    """One op of a kernel: its primitive, params, operand keys (None for a literal) and result key."""
+
+    op: str
+    params: dict[str, Any]
+    ins: tuple[str | None, ...]
+    out: str
+
+
+@dataclass(frozen=True)
+class KeyRegion:
+    """The attention inside a kernel: scores [batch..., queries, keys], the products making and
+    consuming them, and the score-sized values that the blocked form never holds whole."""
+
+    scores: tuple[str, ...]  # score-sized values computed in the kernel
+    score_product: Step
+    mix_product: Step
+    batch: int
+    queries: int
+    keys: int
+
+
+def _dims(step: Step) -> tuple[list[int], list[int], list[int], list[int]]:
+    (lc, rc), (lb, rb) = step.params["dimension_numbers"]
+    return list(lc), list(rc), list(lb), list(rb)
+
+
+class _Kernel:
+    def __init__(self, steps: list[Step], avals: dict[str, Aval]):
+        self.steps, self.avals = steps, avals
+        self.producer = {s.out: s for s in steps}
+
+    def shape(self, key: str | None) -> tuple[int, ...]:
+        return () if key is None or key not in self.avals else tuple(self.avals[key][0])
+
+    def through(self, key: str | None) -> str | None:
+        """The value a chain of transparent ops (and row-stat clamps by a literal) starts from."""
+        while key in self.producer:
+            step = self.producer[key]
+            if step.op in _TRANSPARENT:
+                key = step.ins[0]
+            elif step.op in ("max", "min") and len(step.ins) == 2 and () in map(self.shape, step.ins):
+                key = next(k for k in step.ins if self.shape(k) != ())  # jnp.max's initial=-inf
+            else:
+                break
+        return key
+
+    def row_reduced(self, key: str | None, reduction: str, rank: int) -> str | None:
+        """x where `key` is (a view of) reduction(x) over the last of x's `rank` axes."""
+        step = self.producer.get(self.through(key))
+        if step is None or step.op != reduction or list(step.params.get("axes", ())) != [rank - 1]:
+            return None
+        return step.ins[0]
+
+    def softmax_input(self, p: str) -> str | None:
+        """E where p = softmax(E) over its last axis: the idiom, or jax.nn.softmax's decomposition."""
+        step = self.producer.get(p)
+        rank = len(self.shape(p))
+        if step is None:
+            return None
+        if step.op == "softmax":
+            return step.ins[0]
+        if step.op != "div":
+            return None
+        numerator, denominator = step.ins
+        exp = self.producer.get(numerator)
+        if exp is None or exp.op != "exp" or self.row_reduced(denominator, "reduce_sum", rank) != numerator:
+            return None
+        shifted = self.producer.get(exp.ins[0])
+        if shifted is None or shifted.op != "sub":
+            return None
+        e, row_max = shifted.ins
+        return e if e is not None and self.row_reduced(row_max, "reduce_max", rank) == e else None
+
+    def score_region(self, e: str, score_shape: tuple[int, ...]) -> tuple[set[str], list[Step]] | None:
+        """The score-sized values E is computed from elementwise, and the products making scores
+        (their last axis a free axis of their right operand); None when E reads a score-sized value
+        any other way."""
+        region, products, todo = set(), [], [e]
+        while todo:
+            key = todo.pop()
+            if key in region or key not in self.producer:
+                continue
+            step = self.producer[key]
+            region.add(key)
+            if step.op == "dot_general":
+                lc, rc, lb, rb = _dims(step)
+                rhs_rank = len(self.shape(step.ins[1]))
+                if rhs_rank - len(rc) - len(rb) < 1:
+                    return None
+                products.append(step)
+                continue
+            if step.op in _TRANSPARENT or step.op.startswith("reduce") or step.op in ("softmax", "concatenate"):
+                return None  # a view or reduction of scores is not elementwise on them
+            todo += [k for k in step.ins if k is not None and self.shape(k) == score_shape]
+        return (region, products) if products else None
+
+
+def key_region(steps: list[Step], avals: dict[str, Aval], written: set[str]) -> KeyRegion | None:
+    """The kernel's attention when it has one whose score-sized values it need not write."""
+    kernel = _Kernel(steps, avals)
+    for mix in steps:
+        if mix.op != "dot_general" or mix.ins[0] not in kernel.producer:
+            continue
+        p = mix.ins[0]
+        shape = kernel.shape(p)
+        lc, _, lb, _ = _dims(mix)
+        if len(shape) < 2 or lc != [len(shape) - 1] or lb != list(range(len(shape) - 2)):
+            continue
+        e = kernel.softmax_input(p)
+        found = e is not None and kernel.score_region(e, shape)
+        if not found:
+            continue
+        region, products = found
+        # every score-sized value the kernel computes is one block's tile: made elementwise, by the
+        # score product, or a view of what the kernel reads (a mask broadcast over heads)
+        scores = {s.out for s in steps if kernel.shape(s.out) == shape}
+        made_otherwise = any(s.op in ("transpose", "concatenate") or s.op.startswith("reduce")
+                             for s in steps if s.out in scores)
+        if made_otherwise or scores & written or len(products) != 1:
+            continue
+        return KeyRegion(tuple(sorted(scores)), products[0], mix, math.prod(shape[:-2]), shape[-2], shape[-1])
+    return None
+
+
+def _block_product(profile: HardwareProfile, step: Step, dtype: str, batch: int, m: int, n: int,
+                   contracted: int) -> OpCost:
+    """The product of one block: [batch, m, contracted] @ [batch, contracted, n]."""
+    params = {**step.params, "dimension_numbers": [[[2], [1]], [[0], [0]]]}
+    return op_cost(profile, "dot_general", params, [((batch, m, contracted), dtype), ((batch, contracted, n), dtype)],
+                   ((batch, m, n), dtype))
+
+
+def _scaled(cost: OpCost, times: int) -> OpCost:
+    return replace(cost, time_s=cost.time_s * times, energy_j=cost.energy_j * times, flops=cost.flops * times)
+
+
+def _candidates(size: int) -> list[int]:
+    sizes = {size}
+    block = MIN_BLOCK
+    while block < size:
+        sizes.add(block)
+        block *= 2
+    return sorted(sizes)
+
+
+@dataclass(frozen=True)
+class BlockedWork:
+    """`fused_estimate`'s arguments for the blocked kernel, and its block sizes."""
+
+    parts: list[OpCost]
+    read_bytes: int
+    intermediate_bytes: int
+    tiling: dict[str, int]
+
+
+def blocked_options(profile: HardwareProfile, region: KeyRegion, steps: list[Step], parts: list[OpCost],
+                    avals: dict[str, Aval], read_bytes: int, intermediate_bytes: int, inputs: set[str],
+                    counted: set[str]) -> list[BlockedWork]:
+    """The blocked kernel at every query and key block size whose working set fits in SRAM
+    beside the kernel's other intermediates. `parts` are the steps' costs, `counted` the values
+    `intermediate_bytes` holds, `inputs` what the kernel reads from HBM."""
+    score, mix = region.score_product, region.mix_product
+    dtype = avals[score.out][1]
+    size = dtype_bytes(dtype)
+    depth = math.prod(avals[score.ins[0]][0][d] for d in _dims(score)[0])
+    width = avals[mix.out][0][-1]
+    others = [c for s, c in zip(steps, parts) if s is not score and s is not mix]
+    rest = intermediate_bytes - sum(nbytes(avals[k]) for k in region.scores if k in counted)
+    key_reads = sum(nbytes(avals[k]) for k in {score.ins[1], mix.ins[1]} if k in inputs)
+    options = []
+    for bq in _candidates(region.queries):
+        for bk in _candidates(region.keys):
+            tiles = size * (bq * (depth + 2 * width + 2) + bk * (depth + width) + 2 * bq * bk)
+            if rest + tiles > profile.memory.sram_bytes:
+                continue
+            nq, nk = math.ceil(region.queries / bq), math.ceil(region.keys / bk)
+            blocks = nq * nk
+            products = [_scaled(_block_product(profile, score, dtype, region.batch, bq, bk, depth), blocks),
+                        _scaled(_block_product(profile, mix, dtype, region.batch, bq, width, bk), blocks)]
+            # per key block: the running output rescaled, its max and sum updated
+            t, e, flops = vector_cost(profile, {"mul": region.batch * blocks * bq * width,
+                                                "exp": region.batch * blocks * bq}, 0)
+            rescale = OpCost("vector", t, e, flops, "vector")
+            options.append(BlockedWork([*others, *products, rescale], read_bytes + (nq - 1) * key_reads,
+                                       rest + tiles, {"query_block": bq, "key_block": bk, "query_blocks": nq,
+                                                      "key_blocks": nk}))
+    return options

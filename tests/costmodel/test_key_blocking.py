@@ -1,0 +1,129 @@
+"""Key-blocked attention kernels: where the scores leave SRAM, an attention written any way (scale,
+where-mask, additive bias, tanh softcap) is priced as one key-blocked kernel, its blocks under the
+SRAM capacity, near the lower bound; short attention, exact mode, a kernel that writes its
+probabilities and a non-softmax mix keep the plain kernel."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from costmodel.formulas import dtype_bytes
+from costmodel.profile import load_profile, with_overrides
+from lowering.kernels import CONVENTIONAL, build_kernel_program
+from service.optimizer.pipeline import optimize
+from wire.capture import capture
+
+HEADS, DEPTH = 12, 64
+
+
+def _scores(q, k):
+    return jnp.einsum("bhqd,bhkd->bhqk", q, k) * 0.125
+
+
+def _mix(p, v):
+    return jnp.einsum("bhqk,bhkd->bhqd", p, v)
+
+
+def plain(q, k, v):
+    return _mix(jax.nn.softmax(_scores(q, k), -1), v)
+
+
+def causal(q, k, v):
+    n = q.shape[2]
+    keep = jnp.arange(n)[:, None] >= jnp.arange(n)[None, :]
+    return _mix(jax.nn.softmax(jnp.where(keep, _scores(q, k), -1e9), -1), v)
+
+
+def biased(q, k, v, bias):
+    return _mix(jax.nn.softmax(_scores(q, k) + bias, -1), v)
+
+
+def softcapped(q, k, v):
+    return _mix(jax.nn.softmax(30.0 * jnp.tanh(_scores(q, k) / 30.0), -1), v)
+
+
+def _program(fn, n, extra=()):
+    spec = jax.ShapeDtypeStruct((1, HEADS, n, DEPTH), jnp.float32)
+    return capture(fn, spec, spec, spec, *(jax.ShapeDtypeStruct(s, jnp.float32) for s in extra))
+
+
+def _optimized(program, hardware="optu-v1", **options):
+    return optimize(program, hardware, {"validate": False, **options})
+
+
+def _working_set(tiling, size=4):
+    """Bytes on chip per block: the queries' tile, running output and statistics, a key and a value
+    tile, and two score tiles."""
+    bq, bk = tiling["query_block"], tiling["key_block"]
+    return size * (bq * (DEPTH + 2 * DEPTH + 2) + bk * 2 * DEPTH + 2 * bq * bk)
+
+
+@pytest.mark.parametrize("fn,extra", [(plain, ()), (causal, ()), (biased, [(8192, 8192)]), (softcapped, ())],
+                         ids=["plain", "causal", "bias", "softcap"])
+def test_long_attention_runs_key_blocked_near_its_bound(fn, extra):
+    """N = 8192, 12 heads: 3.2 GB of scores spill on optu-v1; the key-blocked kernel keeps them on
+    chip and reads K and V once per query block."""
+    response = _optimized(_program(fn, 8192, extra))
+    blocked = [k for k in response["kernels"] if k["kind"] == "key_blocked"]
+    assert len(blocked) == 1
+    tiling = blocked[0]["tiling"]
+    assert tiling["query_block"] * tiling["query_blocks"] >= 8192 <= tiling["key_block"] * tiling["key_blocks"]
+    assert _working_set(tiling) <= load_profile("optu-v1").memory.sram_bytes
+    estimate = response["estimate"]
+    assert estimate["speedup_vs_baseline"] >= 2.5
+    assert estimate["optimized"]["time_s"] <= 1.3 * estimate["lower_bound"]["time_s"]
+
+
+def test_short_attention_keeps_the_plain_kernel():
+    """N = 512: the scores fit in SRAM, so blocking only adds per-block work."""
+    response = _optimized(_program(plain, 512))
+    assert not any(k["kind"] == "key_blocked" for k in response["kernels"])
+    assert response["estimate"]["speedup_vs_baseline"] == pytest.approx(1.0)
+
+
+def test_exact_mode_never_blocks_keys():
+    """The online softmax reorders sums: not an exact rewrite, so exact mode pays the spill."""
+    response = _optimized(_program(plain, 8192), fp_mode="exact")
+    assert not any(k["kind"] == "key_blocked" for k in response["kernels"])
+    assert response["estimate"]["speedup_vs_baseline"] < 1.1
+    excluded = _optimized(_program(plain, 8192), exclude_rules=["softmax-dot-of-concat"])
+    assert not any(k["kind"] == "key_blocked" for k in excluded["kernels"])
+
+
+def test_a_kernel_that_writes_its_probabilities_is_not_blocked():
+    """Returning the softmax needs every score written: no block form avoids the N x N traffic."""
+    def with_probabilities(q, k, v):
+        p = jax.nn.softmax(_scores(q, k), -1)
+        return _mix(p, v), p
+
+    program = _program(with_probabilities, 4096)
+    kernels = build_kernel_program(program, load_profile("optu-v1"), CONVENTIONAL, key_blocking=True).kernels
+    assert not any(k.kind == "key_blocked" for k in kernels)
+
+
+def test_a_mix_of_other_weights_than_a_softmax_is_not_blocked():
+    """tanh(S) @ V has no running statistic to rescale by: the identity says nothing about it."""
+    program = _program(lambda q, k, v: _mix(jnp.tanh(_scores(q, k)), v), 8192)
+    kernels = build_kernel_program(program, load_profile("optu-v1"), CONVENTIONAL, key_blocking=True).kernels
+    assert not any(k.kind == "key_blocked" for k in kernels)
+
+
+@settings(max_examples=12, deadline=None)
+@given(sram_mb=st.sampled_from([4, 16, 64, 256, 500]), n=st.sampled_from([1000, 2048, 8192]))
+def test_blocks_fit_the_sram_and_never_cost_more_than_the_plain_kernel(sram_mb, n):
+    """Whatever the SRAM, the chosen blocks' working set fits in it, they cover every query and key
+    (N need not be a multiple of a block), and the blocked kernel costs no more than the plain one."""
+    profile = with_overrides(load_profile("optu-v1"), {"memory.sram_bytes": sram_mb * 2**20})
+    program = _program(plain, n)
+    plain_kernels = build_kernel_program(program, profile, CONVENTIONAL)
+    blocked_kernels = build_kernel_program(program, profile, CONVENTIONAL, key_blocking=True)
+    assert blocked_kernels.total.time_s <= plain_kernels.total.time_s
+    for kernel in blocked_kernels.kernels:
+        if kernel.kind == "key_blocked":
+            tiling = kernel.tiling
+            assert _working_set(tiling, dtype_bytes("float32")) <= profile.memory.sram_bytes
+            assert tiling["query_block"] * tiling["query_blocks"] >= n
+            assert tiling["key_block"] * tiling["key_blocks"] >= n
