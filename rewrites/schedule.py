@@ -15,7 +15,6 @@ from typing import Callable
 from egglog import EGraph, Ruleset, ruleset
 
 from rewrites.algebra import ALGEBRA
-from rewrites.concat_split import CONCAT_SPLIT
 from rewrites.fusion import FUSION, MAX_BODY_OPS
 from rewrites.idioms import IDIOMS
 from rewrites.layout import LAYOUT
@@ -26,7 +25,7 @@ from rewrites.registry import FpMode, NamedRule, rule_names_by_decl
 from rewrites.runner import RunResult, run_ruleset
 from rewrites.shapes import SHAPES
 
-SINGLE_PATTERN = [ALGEBRA, LAYOUT, MATMUL, IDIOMS, CONCAT_SPLIT, ONLINE_SOFTMAX]
+SINGLE_PATTERN = [ALGEBRA, LAYOUT, MATMUL, IDIOMS, ONLINE_SOFTMAX]
 MULTI_PATTERN = [MERGE]  # merges run a bounded number of rounds: they feed on their own output
 ALL_FAMILIES = [*SINGLE_PATTERN, *MULTI_PATTERN]  # the algebra; fusion runs as its own stage
 _RULE_NAMES = rule_names_by_decl(r for f in [*ALL_FAMILIES, FUSION] for r in f.rules)
