@@ -50,6 +50,11 @@ class KeyRegion:
     keys: int
 
 
+def _core(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """A shape without its unit axes: what views that add or drop them (jnp.matmul's squeezes) keep."""
+    return tuple(d for d in shape if d != 1)
+
+
 def _dims(step: Step) -> tuple[list[int], list[int], list[int], list[int]]:
     (lc, rc), (lb, rb) = step.params["dimension_numbers"]
     return list(lc), list(rc), list(lb), list(rb)
@@ -62,6 +67,17 @@ class _Kernel:
 
     def shape(self, key: str | None) -> tuple[int, ...]:
         return () if key is None or key not in self.avals else tuple(self.avals[key][0])
+
+    def unit_view(self, step: Step) -> bool:
+        """A view that only adds or drops unit axes."""
+        return step.op in _TRANSPARENT and step.op != "stop_gradient" and step.ins[0] is not None and \
+            math.prod(self.shape(step.out)) == math.prod(self.shape(step.ins[0])) and \
+            _core(self.shape(step.out)) == _core(self.shape(step.ins[0]))
+
+    def unviewed(self, key: str) -> str:
+        while key in self.producer and self.unit_view(self.producer[key]):
+            key = self.producer[key].ins[0]
+        return key
 
     def through(self, key: str | None) -> str | None:
         """The value a chain of transparent ops (and row-stat clamps by a literal) starts from."""
@@ -113,6 +129,9 @@ class _Kernel:
                 continue
             step = self.producer[key]
             region.add(key)
+            if self.unit_view(step):
+                todo.append(step.ins[0])
+                continue
             if step.op == "dot_general":
                 lc, rc, lb, rb = _dims(step)
                 rhs_rank = len(self.shape(step.ins[1]))
@@ -122,7 +141,7 @@ class _Kernel:
                 continue
             if step.op in _TRANSPARENT or step.op.startswith("reduce") or step.op in ("softmax", "concatenate"):
                 return None  # a view or reduction of scores is not elementwise on them
-            todo += [k for k in step.ins if k is not None and self.shape(k) == score_shape]
+            todo += [k for k in step.ins if k is not None and _core(self.shape(k)) == _core(score_shape)]
         return (region, products) if products else None
 
 
@@ -132,19 +151,18 @@ def key_region(steps: list[Step], avals: dict[str, Aval], written: set[str]) -> 
     for mix in steps:
         if mix.op != "dot_general" or mix.ins[0] not in kernel.producer:
             continue
-        p = mix.ins[0]
-        shape = kernel.shape(p)
+        shape = kernel.shape(mix.ins[0])
         lc, _, lb, _ = _dims(mix)
         if len(shape) < 2 or lc != [len(shape) - 1] or lb != list(range(len(shape) - 2)):
             continue
-        e = kernel.softmax_input(p)
+        e = kernel.softmax_input(kernel.unviewed(mix.ins[0]))
         found = e is not None and kernel.score_region(e, shape)
         if not found:
             continue
         region, products = found
         # every score-sized value the kernel computes is one block's tile: made elementwise, by the
         # score product, or a view of what the kernel reads (a mask broadcast over heads)
-        scores = {s.out for s in steps if kernel.shape(s.out) == shape}
+        scores = {s.out for s in steps if _core(kernel.shape(s.out)) == _core(shape)}
         made_otherwise = any(s.op in ("transpose", "concatenate") or s.op.startswith("reduce")
                              for s in steps if s.out in scores)
         if made_otherwise or scores & written or len(products) != 1:

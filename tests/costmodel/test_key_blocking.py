@@ -77,6 +77,28 @@ def test_long_attention_runs_key_blocked_near_its_bound(fn, extra):
     assert estimate["optimized"]["time_s"] <= 1.3 * estimate["lower_bound"]["time_s"]
 
 
+def grouped(q, k, v):
+    """GQA: 4 key/value heads, each serving 4 query heads."""
+    return plain(q, jnp.repeat(k, 4, axis=1), jnp.repeat(v, 4, axis=1))
+
+
+def matmul_form(q, kt, v):
+    """jnp.matmul over a batch of one: its squeezes put views between the scores and the softmax."""
+    return jax.nn.softmax((q @ kt) / 8.0, -1) @ v
+
+
+@pytest.mark.parametrize("fn,shapes", [
+    (grouped, [(1, 16, 8192, DEPTH), (1, 4, 8192, DEPTH), (1, 4, 8192, DEPTH)]),
+    (plain, [(1, HEADS, 1024, DEPTH), (1, HEADS, 16384, DEPTH), (1, HEADS, 16384, DEPTH)]),
+    (matmul_form, [(1, HEADS, 8192, DEPTH), (1, HEADS, DEPTH, 8192), (1, HEADS, 8192, DEPTH)]),
+], ids=["gqa", "cross-attention", "matmul-form"])
+def test_attention_written_other_ways_runs_key_blocked(fn, shapes):
+    response = _optimized(capture(fn, *(jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes)))
+    assert [k["kind"] for k in response["kernels"]] == ["key_blocked"]
+    assert response["estimate"]["speedup_vs_baseline"] >= 2.5
+    assert response["estimate"]["optimized"]["time_s"] <= 1.3 * response["estimate"]["lower_bound"]["time_s"]
+
+
 def test_short_attention_keeps_the_plain_kernel():
     """N = 512: the scores fit in SRAM, so blocking only adds per-block work."""
     response = _optimized(_program(plain, 512))
