@@ -43,6 +43,7 @@ bench: $(STAMP)
 	$(PY) -m bench.time_limits
 	$(PY) -m bench.never_worse
 	$(PY) -m bench.lower_bound
+	$(PY) -m bench.attention
 	$(PY) -m bench.mutation
 	$(PY) -m bench.cpu_speed
 	$(PY) -m bench.calibration

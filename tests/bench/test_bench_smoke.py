@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from bench import assumptions, ceiling, cpu_speed, lower_bound, never_worse, run, speed, time_limits
+from bench import assumptions, attention, ceiling, cpu_speed, lower_bound, never_worse, run, speed, time_limits
 from bench.models.registry import LARGE, MODELS, RNN_AND_CHAINS, SMALL, build
 from bench.models.variants import MODELS_WITH_ALTERNATIVES, alternatives
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
@@ -185,6 +185,18 @@ def test_never_worse_benchmark_reports_each_profile(tmp_path):
     for profile in ("optu-v1", "cpu-host"):
         assert row[profile]["speedup_vs_baseline"] >= 1.0 and row[profile]["validation"] in ("passed", "identical")
     assert "below 1.00x anywhere: none" in never_worse.table([row], ["optu-v1", "cpu-host"], run.machine())
+
+
+def test_attention_benchmark_reports_both_profiles_and_times_the_blocks_on_this_cpu(tmp_path):
+    out = tmp_path / "attention.json"
+    rows = attention.main(["--lengths", "64", "--layers", "1", "--budget", "0.2", "--out", str(out), "--no-readme"])
+    assert [r["workload"] for r in rows] == ["encoder block", "decoder block (causal)", "BERT-base, 1 layer"]
+    for row in rows:
+        for profile in attention.PROFILES:
+            assert row[profile]["speedup"] >= 1.0 and row[profile]["over_bound"] >= 1.0
+    assert all(r["cpu"]["jit_s"] > 0 and r["cpu"]["returned_s"] > 0 for r in rows[:2])
+    assert json.loads(out.read_text())["rows"][0]["n"] == 64
+    assert "| encoder block | 64 |" in attention.table(rows, run.machine())
 
 
 def test_lower_bound_benchmark_counts_the_programs_where_the_bound_held(tmp_path):

@@ -41,6 +41,24 @@ def biased(q, k, v, bias):
     return _mix(jax.nn.softmax(_scores(q, k) + bias, -1), v)
 
 
+def padded(q, k, v, mask):
+    """A Hugging Face attention mask: additive, one row per sequence, broadcast over heads and queries."""
+    return _mix(jax.nn.softmax(_scores(q, k) + mask, -1), v)
+
+
+def sliding_window(q, k, v):
+    n = q.shape[2]
+    i, j = jnp.arange(n)[:, None], jnp.arange(n)[None, :]
+    return _mix(jax.nn.softmax(jnp.where((j <= i) & (j > i - 256), _scores(q, k), -jnp.inf), -1), v)
+
+
+def alibi(q, k, v):
+    n = q.shape[2]
+    slopes = 2.0 ** (-jnp.arange(1, HEADS + 1) * 8.0 / HEADS)
+    distance = (jnp.arange(n)[None, :] - jnp.arange(n)[:, None]).astype(jnp.float32)
+    return _mix(jax.nn.softmax(_scores(q, k) + slopes[:, None, None] * distance, -1), v)
+
+
 def softcapped(q, k, v):
     return _mix(jax.nn.softmax(30.0 * jnp.tanh(_scores(q, k) / 30.0), -1), v)
 
@@ -61,8 +79,9 @@ def _working_set(tiling, size=4):
     return size * (bq * (DEPTH + 2 * DEPTH + 2) + bk * 2 * DEPTH + 2 * bq * bk)
 
 
-@pytest.mark.parametrize("fn,extra", [(plain, ()), (causal, ()), (biased, [(8192, 8192)]), (softcapped, ())],
-                         ids=["plain", "causal", "bias", "softcap"])
+@pytest.mark.parametrize("fn,extra", [(plain, ()), (causal, ()), (biased, [(8192, 8192)]), (softcapped, ()),
+                                     (padded, [(1, 1, 1, 8192)]), (sliding_window, ()), (alibi, ())],
+                         ids=["plain", "causal", "bias", "softcap", "padding-mask", "sliding-window", "alibi"])
 def test_long_attention_runs_key_blocked_near_its_bound(fn, extra):
     """N = 8192, 12 heads: 3.2 GB of scores spill on optu-v1; the key-blocked kernel keeps them on
     chip and reads K and V once per query block."""
