@@ -1,0 +1,90 @@
+"""Work over a concatenation, part by part: elementwise ops, selects and products whose free axis
+is the joined one compute each part separately (the other operands sliced alike). Each output
+element is computed by the same ops either way, so these rules are exact; a product's accumulation
+order may change with its width, so splitting one is real. They carry a split that
+the program makes (keys joined to a cache, stacked inputs) through to where a consumer can use it,
+such as the online softmax's split over key parts."""
+from __future__ import annotations
+
+from egglog import String, Vec, eq, i64, ne, rewrite, rule, union, var, vars_
+
+from rewrites.analysis import MAX_RANK, iota, typed, zeros
+from rewrites.registry import Family
+from rewrites.terms import UNARY_OPS, Term, dtype, shape
+from wire.primitives import names
+
+CONCAT_SPLIT = Family("concat-split")
+
+x, y, c, w, p, outer, a = vars_("x y c w p outer a", Term)
+parts = var("parts", Vec[Term])
+op, d = vars_("op d", String)
+e, dim = vars_("e dim", i64)
+sx, sw, so = vars_("sx sw so", Vec[i64])
+two_parts = [eq(parts.length()).to(i64(2)), eq(x).to(parts[i64(0)]), eq(y).to(parts[i64(1)])]
+# Unary ops whose result dtype is not their operand's are typed by ingest only: a part's would be untyped.
+_TYPED_UNARY = [ne(op).to(String(name)) for name in sorted(UNARY_OPS - names(dtype_rule="operands"))]
+
+
+def _join(first: Term, second: Term, axis) -> Term:
+    return Term.concat(Vec[Term](first, second), axis)
+
+
+# op(concat(x, y)) -> concat(op(x), op(y))
+CONCAT_SPLIT.add("unary-of-concat", "exact",
+                 rewrite(Term.unary(op, Term.concat(parts, dim), e))
+                 .to(_join(Term.unary(op, x, e), Term.unary(op, y, e), dim), *two_parts, *_TYPED_UNARY))
+# op(concat(x, y), c) -> concat(op(x, c), op(y, c)) for a rank-0 c, and the same with c first
+CONCAT_SPLIT.add("binary-of-concat", "exact",
+                 rewrite(Term.binary(op, Term.concat(parts, dim), c, e))
+                 .to(_join(Term.binary(op, x, c, e), Term.binary(op, y, c, e), dim), *two_parts,
+                     eq(shape(c).length()).to(i64(0))),
+                 rewrite(Term.binary(op, c, Term.concat(parts, dim), e))
+                 .to(_join(Term.binary(op, c, x, e), Term.binary(op, c, y, e), dim), *two_parts,
+                     eq(shape(c).length()).to(i64(0))))
+
+for n in range(1, MAX_RANK + 1):
+    for axis in range(n):
+        both = Term.concat(parts, i64(axis))
+        # The other operand's blocks that line up with x and y (unit strides).
+        offset = Vec[i64](*(sx[i64(axis)] if k == axis else i64(0) for k in range(n)))
+        first, second = Term.slice(w, zeros(n), sx, Vec[i64]()), Term.slice(w, offset, sw, Vec[i64]())
+        first_p, second_p = Term.slice(p, zeros(n), sx, Vec[i64]()), Term.slice(p, offset, sw, Vec[i64]())
+        aligned = [*two_parts, eq(sx).to(shape(x)), eq(sx.length()).to(i64(n)), eq(sw).to(shape(w)),
+                   eq(sw).to(shape(both))]
+        # op(concat(x, y), w) -> concat(op(x, w[:|x|]), op(y, w[|x|:])) for a w of the concat's shape
+        CONCAT_SPLIT.add("binary-of-concat", "exact",
+                         rewrite(Term.binary(op, both, w, e))
+                         .to(_join(Term.binary(op, x, first, e), Term.binary(op, y, second, e), i64(axis)), *aligned),
+                         rewrite(Term.binary(op, w, both, e))
+                         .to(_join(Term.binary(op, first, x, e), Term.binary(op, second, y, e), i64(axis)), *aligned))
+        # select(p, w, concat(x, y)) -> concat(select(p[:|x|], w[:|x|], x), ...) (jnp.where(mask, s, fill)),
+        # and with the concat as the false case; p has the concat's shape
+        CONCAT_SPLIT.add("select-of-concat", "exact",
+                         rewrite(Term.select(p, w, both))
+                         .to(_join(Term.select(first_p, first, x), Term.select(second_p, second, y), i64(axis)),
+                             *aligned, eq(shape(p)).to(sw)),
+                         rewrite(Term.select(p, both, w))
+                         .to(_join(Term.select(first_p, x, first), Term.select(second_p, y, second), i64(axis)),
+                             *aligned, eq(shape(p)).to(sw)))
+
+# Batched products only (scores over heads): an unbatched x @ concat(W1, W2) is what the same-input
+# merge builds, and splitting it back only re-derives the classes it came from, at a cost to every
+# iteration of a merged recurrent model.
+for batch in range(1, MAX_RANK - 1):
+    for free in (batch, batch + 1):  # the rhs's one free axis, beside its one contracted axis
+        # a @ concat(x, y) along the rhs's free axis -> concat(a @ x, a @ y) along the result's last
+        # axis. Batch axes lead both operands; the lhs has one free axis, the rhs one contracted and one free.
+        out_rank_last = i64(batch + 1)  # the lhs has one free axis (the queries) before its contracted one
+        batched, contracted = iota(batch), Vec[i64](i64(2 * batch + 1 - free))
+        lc = Vec[i64](i64(batch + 1))
+        # the constant axes sit in the pattern, not in guards: matched there, a product that is not
+        # one costs nothing (as guards, every product in the e-graph was joined with them)
+        product = Term.dot(a, Term.concat(parts, i64(free)), lc, contracted, batched, batched, e)
+        left, right = (Term.dot(a, part, lc, contracted, batched, batched, e) for part in (x, y))
+        CONCAT_SPLIT.add(
+            "dot-of-concat", "real",  # a wider product may accumulate in another order
+            rule(eq(outer).to(product), *two_parts, eq(sx).to(shape(x)), eq(sx.length()).to(i64(batch + 2)),
+                 eq(sw).to(shape(y)), eq(so).to(shape(outer)), eq(d).to(dtype(outer)))
+            .then(union(outer).with_(_join(left, right, out_rank_last)),
+                  *typed(left, so.set(out_rank_last, sx[i64(free)]), d),
+                  *typed(right, so.set(out_rank_last, sw[i64(free)]), d)))
