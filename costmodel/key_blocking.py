@@ -45,6 +45,7 @@ class KeyRegion:
     scores: tuple[str, ...]  # score-sized values computed in the kernel
     score_product: Step
     mix_product: Step
+    values: str  # the mix's other operand (V)
     batch: int
     queries: int
     keys: int
@@ -70,12 +71,20 @@ class _Kernel:
 
     def unit_view(self, step: Step) -> bool:
         """A view that only adds or drops unit axes."""
-        return step.op in _TRANSPARENT and step.op != "stop_gradient" and step.ins[0] is not None and \
+        return step.op in (_TRANSPARENT | {"transpose"}) and step.op != "stop_gradient" and step.ins[0] is not None and \
             math.prod(self.shape(step.out)) == math.prod(self.shape(step.ins[0])) and \
             _core(self.shape(step.out)) == _core(self.shape(step.ins[0]))
 
+    def keeps_rows(self, step: Step) -> bool:
+        """A unit-axis view, or a transpose of the leading axes that keeps the last (the keys) last:
+        every row of scores stays a row (jax.nn.dot_product_attention's head-group transposes)."""
+        if step.op == "transpose":
+            permutation = list(step.params["permutation"])
+            return permutation[-1] == len(permutation) - 1
+        return self.unit_view(step)
+
     def unviewed(self, key: str) -> str:
-        while key in self.producer and self.unit_view(self.producer[key]):
+        while key in self.producer and self.keeps_rows(self.producer[key]):
             key = self.producer[key].ins[0]
         return key
 
@@ -83,7 +92,7 @@ class _Kernel:
         """The value a chain of transparent ops (and row-stat clamps by a literal) starts from."""
         while key in self.producer:
             step = self.producer[key]
-            if step.op in _TRANSPARENT:
+            if step.op in _TRANSPARENT or self.unit_view(step):
                 key = step.ins[0]
             elif step.op in ("max", "min") and len(step.ins) == 2 and () in map(self.shape, step.ins):
                 key = next(k for k in step.ins if self.shape(k) != ())  # jnp.max's initial=-inf
@@ -99,11 +108,17 @@ class _Kernel:
         return step.ins[0]
 
     def softmax_input(self, p: str) -> str | None:
-        """E where p = softmax(E) over its last axis: the idiom, or jax.nn.softmax's decomposition."""
+        """E where p = softmax(E) over its last axis: the idiom, or jax.nn.softmax's decomposition;
+        also through a where that replaces whole rows by a constant (torch's zeros for a row whose
+        keys are all masked), which a blocked kernel applies to its output rows."""
         step = self.producer.get(p)
         rank = len(self.shape(p))
         if step is None:
             return None
+        if step.op == "select_n" and len(step.ins) == 3 and self.row_broadcast(step.ins[0], rank):
+            constant = [k for k in step.ins[1:] if k is None or self.row_broadcast(k, rank, literal=True)]
+            rest = [k for k in step.ins[1:] if k not in constant]
+            return self.softmax_input(rest[0]) if len(constant) == 1 and len(rest) == 1 else None
         if step.op == "softmax":
             return step.ins[0]
         if step.op != "div":
@@ -116,7 +131,21 @@ class _Kernel:
         if shifted is None or shifted.op != "sub":
             return None
         e, row_max = shifted.ins
-        return e if e is not None and self.row_reduced(row_max, "reduce_max", rank) == e else None
+        reduced = self.row_reduced(row_max, "reduce_max", rank)
+        return e if e is not None and reduced is not None and self.unviewed(reduced) == self.unviewed(e) else None
+
+    def row_broadcast(self, key: str | None, rank: int, literal: bool = False) -> bool:
+        """A broadcast of one value per row (of a literal, with `literal`) to `rank` axes."""
+        step = self.producer.get(key)
+        if step is None or step.op != "broadcast_in_dim" or len(self.shape(key)) != rank:
+            return False
+        if literal:
+            return step.ins[0] is None
+        if step.ins[0] is None:
+            return False
+        # constant along the keys: no operand axis of more than one element lands on the last axis
+        operand, axes = self.shape(step.ins[0]), list(step.params["broadcast_dimensions"])
+        return all(operand[i] == 1 for i, axis in enumerate(axes) if axis == rank - 1)
 
     def score_region(self, e: str, score_shape: tuple[int, ...]) -> tuple[set[str], list[Step]] | None:
         """The score-sized values E is computed from elementwise, and the products making scores
@@ -129,9 +158,11 @@ class _Kernel:
                 continue
             step = self.producer[key]
             region.add(key)
-            if self.unit_view(step):
+            if self.keeps_rows(step):
                 todo.append(step.ins[0])
                 continue
+            if step.op == "iota" or step.op == "broadcast_in_dim" and not self.score_sized(step.ins[0], score_shape):
+                continue  # made from no score (a mask's positions, a literal or a row broadcast): any block of it
             if step.op == "dot_general":
                 lc, rc, lb, rb = _dims(step)
                 rhs_rank = len(self.shape(step.ins[1]))
@@ -141,33 +172,41 @@ class _Kernel:
                 continue
             if step.op in _TRANSPARENT or step.op.startswith("reduce") or step.op in ("softmax", "concatenate"):
                 return None  # a view or reduction of scores is not elementwise on them
-            todo += [k for k in step.ins if k is not None and _core(self.shape(k)) == _core(score_shape)]
+            todo += [k for k in step.ins if self.score_sized(k, score_shape)]
         return (region, products) if products else None
+
+    def score_sized(self, key: str | None, score_shape: tuple[int, ...]) -> bool:
+        """Holds as many elements as the scores, along the same axes in some order."""
+        return key is not None and sorted(_core(self.shape(key))) == sorted(_core(score_shape))
 
 
 def key_region(steps: list[Step], avals: dict[str, Aval], written: set[str]) -> KeyRegion | None:
     """The kernel's attention when it has one whose score-sized values it need not write."""
     kernel = _Kernel(steps, avals)
     for mix in steps:
-        if mix.op != "dot_general" or mix.ins[0] not in kernel.producer:
+        if mix.op != "dot_general":
             continue
-        shape = kernel.shape(mix.ins[0])
-        lc, _, lb, _ = _dims(mix)
-        if len(shape) < 2 or lc != [len(shape) - 1] or lb != list(range(len(shape) - 2)):
-            continue
-        e = kernel.softmax_input(kernel.unviewed(mix.ins[0]))
-        found = e is not None and kernel.score_region(e, shape)
-        if not found:
-            continue
-        region, products = found
-        # every score-sized value the kernel computes is one block's tile: made elementwise, by the
-        # score product, or a view of what the kernel reads (a mask broadcast over heads)
-        scores = {s.out for s in steps if _core(kernel.shape(s.out)) == _core(shape)}
-        made_otherwise = any(s.op in ("transpose", "concatenate") or s.op.startswith("reduce")
-                             for s in steps if s.out in scores)
-        if made_otherwise or scores & written or len(products) != 1:
-            continue
-        return KeyRegion(tuple(sorted(scores)), products[0], mix, math.prod(shape[:-2]), shape[-2], shape[-1])
+        lc, rc, _, _ = _dims(mix)
+        # the probabilities are the operand contracted along its last axis (the keys) alone
+        for side, contracted in enumerate((lc, rc)):
+            probabilities = mix.ins[side]
+            shape = kernel.shape(probabilities)
+            if probabilities not in kernel.producer or len(shape) < 2 or contracted != [len(shape) - 1]:
+                continue
+            e = kernel.softmax_input(kernel.unviewed(probabilities))
+            found = e is not None and kernel.score_region(e, shape)
+            if not found:
+                continue
+            region, products = found
+            # every score-sized value the kernel computes is one block's tile: made elementwise, by
+            # the score product, or a view of what the kernel reads (a mask broadcast over heads)
+            scores = {s.out for s in steps if kernel.score_sized(s.out, shape)}
+            made_otherwise = any(s.op == "concatenate" or s.op.startswith("reduce") or
+                                 s.op == "transpose" and not kernel.keeps_rows(s) for s in steps if s.out in scores)
+            if made_otherwise or scores & written or len(products) != 1:
+                continue
+            return KeyRegion(tuple(sorted(scores)), products[0], mix, mix.ins[1 - side], math.prod(shape[:-2]),
+                             shape[-2], shape[-1])
     return None
 
 
@@ -212,10 +251,11 @@ def blocked_options(profile: HardwareProfile, region: KeyRegion, steps: list[Ste
     dtype = avals[score.out][1]
     size = dtype_bytes(dtype)
     depth = math.prod(avals[score.ins[0]][0][d] for d in _dims(score)[0])
-    width = avals[mix.out][0][-1]
+    values_contracted, values_batch = _dims(mix)[1::2] if region.values == mix.ins[1] else _dims(mix)[0::2]
+    width = math.prod(d for i, d in enumerate(avals[region.values][0]) if i not in values_contracted + values_batch)
     others = [c for s, c in zip(steps, parts) if s is not score and s is not mix]
     rest = intermediate_bytes - sum(nbytes(avals[k]) for k in region.scores if k in counted)
-    key_reads = sum(nbytes(avals[k]) for k in {score.ins[1], mix.ins[1]} if k in inputs)
+    key_reads = sum(nbytes(avals[k]) for k in {score.ins[1], region.values} if k in inputs)
     options = []
     for bq in _candidates(region.queries):
         for bk in _candidates(region.keys):

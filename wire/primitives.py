@@ -80,7 +80,7 @@ PRIMITIVES: dict[str, Primitive] = {p.name: p for p in [
     Primitive("reduce_sum", "reduction", "vector", term="reduce", none_params=("out_sharding",)),
     *_group("reduce_prod cumsum cumprod cumlogsumexp", "reduction", "vector"),
     *_group("argmax argmin cummax cummin", "reduction", "vector", **_EXACT),
-    *_group("reduce_and reduce_or reduce_xor", "reduction", "host", **_EXACT),
+    *_group("reduce_and reduce_or reduce_xor", "reduction", "vector", term="reduce", **_EXACT),  # max, min, parity
     # views: a kernel reads their operand through another index map, no data moves
     Primitive("reshape", "view", "free", term="reshape", none_params=("dimensions", "sharding"), **_EXACT),
     Primitive("broadcast_in_dim", "view", "free", term="broadcast", none_params=("sharding",), **_EXACT),

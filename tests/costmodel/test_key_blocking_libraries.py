@@ -1,0 +1,112 @@
+"""Attention as libraries and models write it runs key-blocked at long N with no rule or pattern
+of its own: jax.nn.dot_product_attention (its head-group transposes, V on the left of the mix),
+flax's linen and nnx layers (a row max taken before a transpose), equinox's layer, and a
+Llama-style block (RoPE, grouped K/V, causal mask); a where that zeroes whole rows after the
+softmax (torch's fully-masked rows) is carried to the output, one that varies along the keys is not."""
+from __future__ import annotations
+
+import equinox as eqx
+import flax.linen as linen
+import jax
+import jax.numpy as jnp
+import pytest
+from flax import nnx
+
+from costmodel.key_blocking import Step, key_region
+from lowering.kernels import avals_of
+from service.optimizer.pipeline import optimize
+from wire.capture import capture
+
+N, HIDDEN, HEADS, DEPTH = 8192, 512, 8, 64
+ACTIVATIONS = jax.ShapeDtypeStruct((1, N, HIDDEN), jnp.float32)
+
+
+def _rope(x, positions):
+    half = x.shape[-1] // 2
+    angles = positions[:, None] / 10000.0 ** (jnp.arange(half) / half)
+    angles = jnp.concatenate([angles, angles], -1)
+    return x * jnp.cos(angles) + jnp.concatenate([-x[..., half:], x[..., :half]], -1) * jnp.sin(angles)
+
+
+def llama_attention(x, wq, wk, wv, wo):
+    """Two K/V heads shared by eight query heads, rotary positions, a causal mask, softmax in float32."""
+    b, n, _ = x.shape
+    q = (x @ wq).reshape(b, n, HEADS, DEPTH).transpose(0, 2, 1, 3)
+    k, v = ((x @ w).reshape(b, n, 2, DEPTH).transpose(0, 2, 1, 3) for w in (wk, wv))
+    positions = jnp.arange(n, dtype=jnp.float32)
+    q, k = _rope(q, positions), _rope(k, positions)
+    k, v = jnp.repeat(k, HEADS // 2, 1), jnp.repeat(v, HEADS // 2, 1)
+    scores = jnp.where(jnp.tril(jnp.ones((n, n), bool)), q @ k.transpose(0, 1, 3, 2) / 8.0,
+                       jnp.finfo(jnp.float32).min)
+    out = jax.nn.softmax(scores, -1) @ v
+    return out.transpose(0, 2, 1, 3).reshape(b, n, HIDDEN) @ wo
+
+
+def _llama():
+    weight = lambda cols: jax.ShapeDtypeStruct((HIDDEN, cols), jnp.float32)  # noqa: E731
+    return capture(llama_attention, ACTIVATIONS, weight(HIDDEN), weight(2 * DEPTH), weight(2 * DEPTH), weight(HIDDEN))
+
+
+def _dot_product_attention(kv_heads):
+    q = jax.ShapeDtypeStruct((1, N, HEADS, DEPTH), jnp.float32)
+    kv = jax.ShapeDtypeStruct((1, N, kv_heads, DEPTH), jnp.float32)
+    return capture(lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=True), q, kv, kv)
+
+
+def _linen():
+    layer = linen.MultiHeadDotProductAttention(num_heads=HEADS, qkv_features=HIDDEN)
+    params = jax.eval_shape(lambda: layer.init(jax.random.PRNGKey(0), jnp.zeros((1, 8, HIDDEN))))
+    causal = lambda p, x: layer.apply(p, x, mask=linen.make_causal_mask(jnp.ones(x.shape[:2])))  # noqa: E731
+    return capture(causal, params, ACTIVATIONS)
+
+
+def _nnx():
+    graph, state = nnx.split(nnx.MultiHeadAttention(num_heads=HEADS, in_features=HIDDEN, decode=False,
+                                                    rngs=nnx.Rngs(0)))
+    return capture(lambda s, x: nnx.merge(graph, s)(x), state, ACTIVATIONS)
+
+
+def _equinox():
+    params, static = eqx.partition(eqx.nn.MultiheadAttention(HEADS, HIDDEN, key=jax.random.PRNGKey(0)), eqx.is_array)
+    return capture(lambda p, x: eqx.combine(p, static)(x, x, x), params, jax.ShapeDtypeStruct((N, HIDDEN), jnp.float32))
+
+
+@pytest.mark.parametrize("program", [_llama, lambda: _dot_product_attention(HEADS), lambda: _dot_product_attention(2),
+                                     _linen, _nnx, _equinox],
+                         ids=["llama-rope-gqa-causal", "dot-product-attention", "dot-product-attention-gqa",
+                              "flax-linen", "flax-nnx", "equinox"])
+def test_library_attention_runs_key_blocked_near_its_bound(program):
+    response = optimize(program(), "optu-v1", {"validate": False})
+    assert any(k["kind"] == "key_blocked" for k in response["kernels"])
+    estimate = response["estimate"]
+    assert estimate["speedup_vs_baseline"] >= 2.5
+    assert estimate["optimized"]["time_s"] <= 1.3 * estimate["lower_bound"]["time_s"]
+
+
+def _region(fn, *shapes):
+    program = capture(fn, *(jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes))
+    steps = [Step(e["op"], e.get("params") or {}, tuple(a if isinstance(a, str) else None for a in e["in"]),
+                  e["out"][0]["name"]) for e in program["eqns"]]
+    return key_region(steps, avals_of(program), set(program["outputs"]))
+
+
+SHAPES = [(1, 2, 64, 16)] * 3
+
+
+def test_a_where_zeroing_whole_rows_after_the_softmax_keeps_the_attention():
+    def zero_masked_rows(q, k, v):
+        scores = q @ jnp.swapaxes(k, -1, -2)
+        masked_row = jnp.all(scores == -jnp.inf, axis=-1, keepdims=True)
+        return jnp.where(masked_row, 0.0, jax.nn.softmax(scores, -1)) @ v
+
+    assert _region(zero_masked_rows, *SHAPES) is not None
+
+
+def test_a_where_on_the_probabilities_along_the_keys_is_not_an_attention_to_block():
+    """Dropout-like: each probability kept or not on its own; no running statistic covers it."""
+    def dropped(q, k, v):
+        p = jax.nn.softmax(q @ jnp.swapaxes(k, -1, -2), -1)
+        keep = jnp.arange(64) % 3 != 0
+        return jnp.where(keep, p, 0.0) @ v
+
+    assert _region(dropped, *SHAPES) is None
