@@ -180,10 +180,10 @@ class _Kernel:
         return key is not None and sorted(_core(self.shape(key))) == sorted(_core(score_shape))
 
 
-def key_region(steps: list[Step], avals: dict[str, Aval], written: set[str]) -> KeyRegion | None:
-    """The kernel's attention when it has one whose score-sized values it need not write."""
-    kernel = _Kernel(steps, avals)
-    for mix in steps:
+def _attentions(kernel: _Kernel):
+    """Each softmax(E(S)) @ V among the steps: (the mix, which operand is the probabilities, their
+    shape, the products making the scores)."""
+    for mix in kernel.steps:
         if mix.op != "dot_general":
             continue
         lc, rc, _, _ = _dims(mix)
@@ -195,18 +195,50 @@ def key_region(steps: list[Step], avals: dict[str, Aval], written: set[str]) -> 
                 continue
             e = kernel.softmax_input(kernel.unviewed(probabilities))
             found = e is not None and kernel.score_region(e, shape)
-            if not found:
+            if found:
+                yield mix, side, shape, found[1]
+
+
+def attention_groups(steps: list[Step], avals: dict[str, Aval]) -> list[list[int]]:
+    """For each attention in a program's steps with one score product, the steps a key-blocked
+    kernel of it computes: those from the score product to the mix, and the score-sized values
+    they read (a mask made from positions), by index in program order."""
+    kernel = _Kernel(steps, avals)
+    index = {s.out: i for i, s in enumerate(steps)}
+    groups = []
+    for mix, _, shape, products in _attentions(kernel):
+        if len(products) != 1:
+            continue
+        start = index[products[0].out]
+        below = {products[0].out}  # values computed from the scores, up to the mix
+        for step in steps[start + 1:index[mix.out] + 1]:
+            if any(k in below for k in step.ins):
+                below.add(step.out)
+        group, todo = set(), [mix.out]
+        while todo:
+            key = todo.pop()
+            if key in group or key not in kernel.producer:
                 continue
-            region, products = found
-            # every score-sized value the kernel computes is one block's tile: made elementwise, by
-            # the score product, or a view of what the kernel reads (a mask broadcast over heads)
-            scores = {s.out for s in steps if kernel.score_sized(s.out, shape)}
-            made_otherwise = any(s.op == "concatenate" or s.op.startswith("reduce") or
-                                 s.op == "transpose" and not kernel.keeps_rows(s) for s in steps if s.out in scores)
-            if made_otherwise or scores & written or len(products) != 1:
-                continue
-            return KeyRegion(tuple(sorted(scores)), products[0], mix, mix.ins[1 - side], math.prod(shape[:-2]),
-                             shape[-2], shape[-1])
+            if key in below or kernel.score_sized(key, shape):
+                group.add(key)
+                todo += [k for k in kernel.producer[key].ins if k is not None]
+        groups.append(sorted(index[k] for k in group))
+    return groups
+
+
+def key_region(steps: list[Step], avals: dict[str, Aval], written: set[str]) -> KeyRegion | None:
+    """The kernel's attention when it has one whose score-sized values it need not write."""
+    kernel = _Kernel(steps, avals)
+    for mix, side, shape, products in _attentions(kernel):
+        # every score-sized value the kernel computes is one block's tile: made elementwise, by
+        # the score product, or a view of what the kernel reads (a mask broadcast over heads)
+        scores = {s.out for s in steps if kernel.score_sized(s.out, shape)}
+        made_otherwise = any(s.op == "concatenate" or s.op.startswith("reduce") or
+                             s.op == "transpose" and not kernel.keeps_rows(s) for s in steps if s.out in scores)
+        if made_otherwise or scores & written or len(products) != 1:
+            continue
+        return KeyRegion(tuple(sorted(scores)), products[0], mix, mix.ins[1 - side], math.prod(shape[:-2]),
+                         shape[-2], shape[-1])
     return None
 
 

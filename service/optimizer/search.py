@@ -20,6 +20,7 @@ from costmodel.kernel_cost import (NodeCoster, Proxy, ResourceTimes, gemm_exclus
 from costmodel.path_floor import heaviest_path_floors
 from costmodel.profile import HardwareProfile
 from costmodel.warm_start import seeded_extraction
+from lowering.attention_kernels import with_attention_kernels
 from lowering.emit import ExtractionCycle, emit_program, without_unused_consts
 from lowering.kernels import POLICIES, build_kernel_program, static_names
 from rewrites.chain_order import orders_every_matmul, seed_chain_orders
@@ -145,8 +146,13 @@ def _search(program: dict[str, Any], profile: HardwareProfile, options: Optimize
         fusion = saturate(fused.egraph, FUSION_ONLY if options.rules else NO_RULES, budget(options), _progress)
         seeds = []
         for tag, candidate in enumerate(fused.programs if options.rules else []):
+            candidate = without_unused_consts(candidate)
             for policy in POLICIES:
-                kernels = build_kernel_program(without_unused_consts(candidate), profile, policy).kernels
+                kernels = build_kernel_program(candidate, profile, policy).kernels
+                seeds.append((tag, seed_kernels(fused, [(k.eqns, set(k.outputs)) for k in kernels], tag)))
+            regrouped = options.key_blocking and with_attention_kernels(candidate, [k.eqns for k in kernels])
+            if regrouped:  # the last policy's kernels with each attention whole, to run key-blocked
+                kernels = build_kernel_program(candidate, profile, groups=regrouped).kernels
                 seeds.append((tag, seed_kernels(fused, [(k.eqns, set(k.outputs)) for k in kernels], tag)))
     with stage(timings, "extract_kernels"):
         kernel_view = view_egraph(fused.egraph)
