@@ -12,7 +12,7 @@ folds them into their readers.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -71,12 +71,15 @@ def fused_estimate(profile: HardwareProfile, parts: list[OpCost], read_bytes: in
 
 def key_blocked(profile: HardwareProfile, steps: list[Step], parts: list[OpCost], avals: dict[str, Aval],
                 read_bytes: int, write_bytes: int, intermediate_bytes: int, inputs: list[str], outputs: int,
-                counted: set[str], written: set[str]) -> BlockedWork | None:
+                counted: set[str], written: set[str], fills: Sequence[str] = ()) -> BlockedWork | None:
     """The cheapest key-blocked form of a kernel (costmodel/key_blocking.py) where it holds an
     attention and that form is cheaper than the kernel as it is; `counted`: the values
-    `intermediate_bytes` holds, `written`: those it writes to HBM."""
+    `intermediate_bytes` holds, `written`: those it writes to HBM, `fills`: inputs that are a
+    literal broadcast (torch's zeros for a fully masked row), which a block makes as it goes."""
     if sum(s.op == "dot_general" for s in steps) < 2:
         return None
+    steps = steps + [Step("broadcast_in_dim", {}, (None,), name) for name in fills]
+    parts = parts + [OpCost("free", 0.0, 0.0, 0.0, "vector")] * len(fills)
     region = key_region(steps, avals, written)
     if region is None:
         return None
@@ -273,11 +276,19 @@ class NodeCoster:
         """The kernel node's key-blocked form where it is cheaper (`_work`'s arguments for it)."""
         if sum(b.op == "dot" for b in node.body_ops) < 2:
             return None
-        steps = [Step(*node_equation(b, self.view.classes[b.eclass], self.table), tuple(o.eclass for o in b.operands),
-                      b.eclass) for b in node.body_ops]
-        avals = {c: self.aval(c) for s in steps for c in (s.out, *s.ins)}
+        literal = {c for c in {o.eclass for b in node.body_ops for o in b.operands} if self._literal(c)}
+        steps = [Step(*node_equation(b, self.view.classes[b.eclass], self.table),
+                      tuple(None if o.eclass in literal else o.eclass for o in b.operands), b.eclass)
+                 for b in node.body_ops]  # literals as the wire program has them: no operand
+        fills = [c for c in node.children
+                 if any(n.op == "broadcast" and self._literal(n.children[0]) for n in self.view.classes[c].nodes)]
+        avals = {c: self.aval(c) for s in steps for c in (s.out, *s.ins) if c is not None} | \
+            {c: self.aval(c) for c in fills}
         return key_blocked(self.profile, steps, parts, avals, reads, write, inside, list(node.children), outputs,
-                           counted, written)
+                           counted, written, fills)
+
+    def _literal(self, cid: str) -> bool:
+        return any(n.op in ("lit", "flit") for n in self.view.classes[cid].nodes)
 
     def estimate(self, node: ENode) -> Estimate:
         if node.op in KERNEL_OPS:

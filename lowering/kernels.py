@@ -266,8 +266,9 @@ def _finish(kernel: Kernel, program, costs: list[OpCost], avals, profile: Hardwa
     kernel.tiling = _tiling([c.tiling for c in parts if c.kind == "gemm"])
     steps = [Step(e["op"], e.get("params") or {}, tuple(a if isinstance(a, str) else None for a in e["in"]),
                   e["out"][0]["name"]) for e in eqns]
+    fills = [n for n in kernel.inputs if _literal_fill(program, n)]
     blocked = key_blocking and key_blocked(profile, steps, parts, avals, read, write, inside_bytes, kernel.inputs,
-                                           len(kernel.outputs), set(intermediates), set(kernel.outputs))
+                                           len(kernel.outputs), set(intermediates), set(kernel.outputs), fills)
     if blocked:
         kernel.kind, kernel.tiling = "key_blocked", {**kernel.tiling, **blocked.tiling}
         parts, read, inside_bytes = blocked.parts, blocked.read_bytes, blocked.intermediate_bytes
@@ -276,6 +277,12 @@ def _finish(kernel: Kernel, program, costs: list[OpCost], avals, profile: Hardwa
                       ((kernel.inputs, "input", "hbm"), (kernel.outputs, "output", "hbm"),
                        (intermediates, "intermediate", level)) for n in names]
     kernel.estimate = fused_estimate(profile, parts, read, write, inside_bytes, len(kernel.inputs), len(kernel.outputs))
+
+
+def _literal_fill(program: dict[str, Any], name: str) -> bool:
+    """A literal broadcast to a shape (another kernel wrote it; a kernel reading it may make it)."""
+    return any(e["op"] == "broadcast_in_dim" and not isinstance(e["in"][0], str) and e["out"][0]["name"] == name
+               for e in program["eqns"])
 
 
 def _tiling(gemms: list[dict[str, int]]) -> dict[str, int]:

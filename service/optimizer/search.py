@@ -150,8 +150,11 @@ def _search(program: dict[str, Any], profile: HardwareProfile, options: Optimize
             for policy in POLICIES:
                 kernels = build_kernel_program(candidate, profile, policy).kernels
                 seeds.append((tag, seed_kernels(fused, [(k.eqns, set(k.outputs)) for k in kernels], tag)))
-            regrouped = options.key_blocking and with_attention_kernels(candidate, [k.eqns for k in kernels])
-            if regrouped:  # the last policy's kernels with each attention whole, to run key-blocked
+            # the last policy's kernels with each attention whole, to run key-blocked: two GEMMs in
+            # one kernel, so only where the profile's kernels may hold two
+            regrouped = options.key_blocking and profile.kernel.max_gemms >= 2 and \
+                with_attention_kernels(candidate, [k.eqns for k in kernels])
+            if regrouped:
                 kernels = build_kernel_program(candidate, profile, groups=regrouped).kernels
                 seeds.append((tag, seed_kernels(fused, [(k.eqns, set(k.outputs)) for k in kernels], tag)))
     with stage(timings, "extract_kernels"):

@@ -1,8 +1,9 @@
 """Attention as libraries and models write it runs key-blocked at long N with no rule or pattern
 of its own: jax.nn.dot_product_attention (its head-group transposes, V on the left of the mix),
 flax's linen and nnx layers (a row max taken before a transpose), equinox's layer, and a
-Llama-style block (RoPE, grouped K/V, causal mask); a where that zeroes whole rows after the
-softmax (torch's fully-masked rows) is carried to the output, one that varies along the keys is not."""
+Llama-style block (RoPE, grouped K/V, causal mask), and torch's scaled_dot_product_attention and
+nn.MultiheadAttention through torch.export; a where that zeroes whole rows after the softmax
+(torch's fully-masked rows) is carried to the output, one that varies along the keys is not."""
 from __future__ import annotations
 
 import equinox as eqx
@@ -10,12 +11,14 @@ import flax.linen as linen
 import jax
 import jax.numpy as jnp
 import pytest
+import torch
 from flax import nnx
 
 from costmodel.key_blocking import Step, key_region
 from lowering.kernels import avals_of
 from service.optimizer.pipeline import optimize
 from wire.capture import capture
+from wire.torch_capture import capture_torch
 
 N, HIDDEN, HEADS, DEPTH = 8192, 512, 8, 64
 ACTIVATIONS = jax.ShapeDtypeStruct((1, N, HIDDEN), jnp.float32)
@@ -71,12 +74,48 @@ def _equinox():
     return capture(lambda p, x: eqx.combine(p, static)(x, x, x), params, jax.ShapeDtypeStruct((N, HIDDEN), jnp.float32))
 
 
+class _TorchAttention(torch.nn.Module):
+    def __init__(self, causal: bool):
+        super().__init__()
+        self.causal, self.qkv, self.out = causal, torch.nn.Linear(HIDDEN, 3 * HIDDEN), torch.nn.Linear(HIDDEN, HIDDEN)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, HEADS, DEPTH).permute(2, 0, 3, 1, 4)
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+        return self.out(out.transpose(1, 2).reshape(b, n, HIDDEN))
+
+
+class _TorchMultihead(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attention = torch.nn.MultiheadAttention(HIDDEN, HEADS, batch_first=True)
+
+    def forward(self, x):
+        return self.attention(x, x, x, need_weights=False)[0]
+
+
+def _torch(module):
+    return lambda: capture_torch(module.eval(), torch.zeros(1, N, HIDDEN)).program
+
+
+@pytest.mark.parametrize("program", [_torch(_TorchAttention(False)), _torch(_TorchAttention(True)),
+                                     _torch(_TorchMultihead())],
+                         ids=["torch-sdpa", "torch-sdpa-causal", "torch-multihead-attention"])
+def test_torch_attention_runs_key_blocked_near_its_bound(program):
+    _assert_key_blocked_near_its_bound(program())
+
+
 @pytest.mark.parametrize("program", [_llama, lambda: _dot_product_attention(HEADS), lambda: _dot_product_attention(2),
                                      _linen, _nnx, _equinox],
                          ids=["llama-rope-gqa-causal", "dot-product-attention", "dot-product-attention-gqa",
                               "flax-linen", "flax-nnx", "equinox"])
 def test_library_attention_runs_key_blocked_near_its_bound(program):
-    response = optimize(program(), "optu-v1", {"validate": False})
+    _assert_key_blocked_near_its_bound(program())
+
+
+def _assert_key_blocked_near_its_bound(program):
+    response = optimize(program, "optu-v1", {"validate": False})
     assert any(k["kind"] == "key_blocked" for k in response["kernels"])
     estimate = response["estimate"]
     assert estimate["speedup_vs_baseline"] >= 2.5

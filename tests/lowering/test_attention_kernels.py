@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import pytest
 
 from bench.models.large import bert_encoder
 from costmodel.profile import load_profile
@@ -60,3 +61,18 @@ def test_a_whole_long_context_layer_runs_its_attention_key_blocked():
     response = optimize(capture(fn, *args, weight_argnums=weights), "optu-v1", {"validate": False})
     assert [k["kind"] for k in response["kernels"]].count("key_blocked") == 1
     assert response["estimate"]["speedup_vs_baseline"] >= 2.5
+
+
+@pytest.mark.parametrize("hardware", ["gpu-roofline", "cpu-host"])
+def test_profiles_whose_kernels_hold_one_gemm_never_get_an_attention_kernel(hardware):
+    """An attention kernel runs two GEMMs: on a profile whose kernels hold one it would claim a
+    kernel its lowering does not run, and beat the lower bound (which holds one GEMM per kernel)."""
+    def causal(q, k, v):
+        s = jnp.einsum("bhqd,bhkd->bhqk", q, k) / 8.0
+        s = jnp.where(jnp.arange(128)[:, None] >= jnp.arange(128)[None, :], s, -jnp.inf)
+        return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, -1), v)
+
+    spec = jax.ShapeDtypeStruct((1, 12, 128, 64), jnp.float32)
+    response = optimize(capture(causal, spec, spec, spec), hardware, {"validate": False})
+    assert all(k["ops"].count("dot_general") <= 1 for k in response["kernels"])
+    assert response["estimate"]["optimized"]["time_s"] >= response["estimate"]["lower_bound"]["time_s"]
