@@ -1,7 +1,7 @@
 """Attention as libraries and models write it runs key-blocked at long N with no rule or pattern
 of its own: jax.nn.dot_product_attention (its head-group transposes, V on the left of the mix),
 flax's linen and nnx layers (a row max taken before a transpose), equinox's layer, and a
-Llama-style block (RoPE, grouped K/V, causal mask), and torch's scaled_dot_product_attention and
+Llama-style block (RoPE, grouped K/V, causal mask), a ViT layer at 4097 patches, and torch's scaled_dot_product_attention and
 nn.MultiheadAttention through torch.export; a where that zeroes whole rows after the softmax
 (torch's fully-masked rows) is carried to the output, one that varies along the keys is not."""
 from __future__ import annotations
@@ -48,6 +48,35 @@ def llama_attention(x, wq, wk, wv, wo):
 def _llama():
     weight = lambda cols: jax.ShapeDtypeStruct((HIDDEN, cols), jnp.float32)  # noqa: E731
     return capture(llama_attention, ACTIVATIONS, weight(HIDDEN), weight(2 * DEPTH), weight(2 * DEPTH), weight(HIDDEN))
+
+
+PATCH, VIT_HEADS = 16, 6
+
+
+def _layer_norm(x, gain, bias):
+    mean = x.mean(-1, keepdims=True)
+    return (x - mean) / jnp.sqrt(((x - mean) ** 2).mean(-1, keepdims=True) + 1e-6) * gain + bias
+
+
+def vit_block(image, w_patch, cls, positions, g1, b1, w_qkv, w_out, g2, b2, w_up, w_down):
+    """Patch embedding, a class token, one pre-norm encoder layer: a 1024 x 1024 image makes
+    4097 tokens, a multiple of no block."""
+    b, c, height, width = image.shape
+    x = image.reshape(b, c, height // PATCH, PATCH, width // PATCH, PATCH).transpose(0, 2, 4, 1, 3, 5)
+    x = x.reshape(b, -1, c * PATCH * PATCH) @ w_patch
+    x = jnp.concatenate([jnp.broadcast_to(cls, (b, 1, x.shape[-1])), x], 1) + positions
+    n, width = x.shape[1], x.shape[2]
+    q, k, v = (_layer_norm(x, g1, b1) @ w_qkv).reshape(b, n, 3, VIT_HEADS, width // VIT_HEADS).transpose(2, 0, 3, 1, 4)
+    mixed = jax.nn.softmax(q @ k.transpose(0, 1, 3, 2) / 8.0, -1) @ v
+    x = x + mixed.transpose(0, 2, 1, 3).reshape(b, n, width) @ w_out
+    return x + jax.nn.gelu(_layer_norm(x, g2, b2) @ w_up) @ w_down
+
+
+def _vit(side=1024, width=384):
+    tokens = (side // PATCH) ** 2 + 1
+    shapes = [(1, 3, side, side), (3 * PATCH * PATCH, width), (1, 1, width), (1, tokens, width), (width,), (width,),
+              (width, 3 * width), (width, width), (width,), (width,), (width, 4 * width), (4 * width, width)]
+    return capture(vit_block, *(jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes), weight_argnums=range(1, 12))
 
 
 def _dot_product_attention(kv_heads):
@@ -107,9 +136,9 @@ def test_torch_attention_runs_key_blocked_near_its_bound(program):
 
 
 @pytest.mark.parametrize("program", [_llama, lambda: _dot_product_attention(HEADS), lambda: _dot_product_attention(2),
-                                     _linen, _nnx, _equinox],
+                                     _linen, _nnx, _equinox, _vit],
                          ids=["llama-rope-gqa-causal", "dot-product-attention", "dot-product-attention-gqa",
-                              "flax-linen", "flax-nnx", "equinox"])
+                              "flax-linen", "flax-nnx", "equinox", "vit-4097-patches"])
 def test_library_attention_runs_key_blocked_near_its_bound(program):
     _assert_key_blocked_near_its_bound(program())
 
