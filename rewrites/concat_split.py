@@ -19,7 +19,7 @@ x, y, c, w, p, outer, a = vars_("x y c w p outer a", Term)
 parts = var("parts", Vec[Term])
 op, d = vars_("op d", String)
 e, dim = vars_("e dim", i64)
-sx, sw, so = vars_("sx sw so", Vec[i64])
+sx, sw, so, dims = vars_("sx sw so dims", Vec[i64])
 two_parts = [eq(parts.length()).to(i64(2)), eq(x).to(parts[i64(0)]), eq(y).to(parts[i64(1)])]
 # Unary ops whose result dtype is not their operand's are typed by ingest only: a part's would be untyped.
 _TYPED_UNARY = [ne(op).to(String(name)) for name in sorted(UNARY_OPS - names(dtype_rule="operands"))]
@@ -66,6 +66,34 @@ for n in range(1, MAX_RANK + 1):
                          rewrite(Term.select(p, both, w))
                          .to(_join(Term.select(first_p, x, first), Term.select(second_p, y, second), i64(axis)),
                              *aligned, eq(shape(p)).to(sw)))
+
+# Views that keep the joined axis whole carry the split through (GQA's jnp.repeat of K and V is a
+# broadcast to a new axis, then a reshape merging it with the heads).
+for n in range(1, MAX_RANK + 1):
+    for axis in range(n):
+        both = Term.concat(parts, i64(axis))
+        sized = [*two_parts, eq(sx).to(shape(x)), eq(sx.length()).to(i64(n)), eq(sw).to(shape(y))]
+        # broadcast(concat(x, y), s, dims) -> concat(broadcast(x, s with |x| at dims[a]), ...) along dims[a]:
+        # the joined axis is an operand axis, so it maps to one result axis of its full size
+        to = dims[i64(axis)]
+        CONCAT_SPLIT.add("broadcast-of-concat", "exact",
+                         rewrite(Term.broadcast(both, so, dims, e))
+                         .to(_join(Term.broadcast(x, so.set(to, sx[i64(axis)]), dims, e),
+                                   Term.broadcast(y, so.set(to, sw[i64(axis)]), dims, e), to), *sized))
+        # reshape(concat(x, y)) -> concat(reshape(x), reshape(y)) when it only merges or splits the
+        # axes before the joined one (one more or one fewer of them): in row-major order each leading
+        # index still holds the same run of joined-axis rows
+        for rank in (n - 1, n + 1):
+            joined = rank - (n - axis)  # the joined axis's place in the result
+            if not 1 <= rank <= MAX_RANK or joined < 0 or (joined == 0) != (axis == 0):
+                continue
+            trailing = [eq(so[i64(joined + k)]).to(sx[i64(axis + k)]) for k in range(1, n - axis)]
+            trailing.append(eq(so[i64(joined)]).to(sx[i64(axis)] + sw[i64(axis)]))
+            CONCAT_SPLIT.add("reshape-of-concat", "exact",
+                             rewrite(Term.reshape(both, so, e))
+                             .to(_join(Term.reshape(x, so.set(i64(joined), sx[i64(axis)]), e),
+                                       Term.reshape(y, so.set(i64(joined), sw[i64(axis)]), e), i64(joined)),
+                                 *sized, eq(so.length()).to(i64(rank)), *trailing))
 
 # Batched products only (scores over heads): an unbatched x @ concat(W1, W2) is what the same-input
 # merge builds, and splitting it back only re-derives the classes it came from, at a cost to every
