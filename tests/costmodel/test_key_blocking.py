@@ -168,3 +168,22 @@ def test_blocks_fit_the_sram_and_never_cost_more_than_the_plain_kernel(sram_mb, 
             assert _working_set(tiling, dtype_bytes("float32")) <= profile.memory.sram_bytes
             assert tiling["query_block"] * tiling["query_blocks"] >= n
             assert tiling["key_block"] * tiling["key_blocks"] >= n
+
+
+@pytest.mark.parametrize("queries,keys,blocked", [(1, 37, False), (333, 3333, True), (1001, 1001, True)],
+                         ids=["one-query", "keys-no-block-divides", "causal-no-block-divides"])
+def test_attention_of_sizes_no_block_divides_still_optimizes_and_validates(queries, keys, blocked):
+    """With an SRAM too small for the scores, blocks cover sizes they do not divide (a last, partial
+    block), or a single query stays unblocked: the optimizer answers and its program validates."""
+    profile = with_overrides(load_profile("optu-v1"), {"memory.sram_bytes": 256 * 2**10})
+    shapes = [(1, 2, queries, 8), (1, 2, keys, 8), (1, 2, keys, 8)]
+    program = capture(causal if queries == keys else plain, *(jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes))
+    response = optimize(program, profile, {})
+    assert response["validation"]["status"] in ("passed", "identical")
+    kernels = [k for k in response["kernels"] if k["kind"] == "key_blocked"]
+    assert bool(kernels) == blocked
+    for kernel in kernels:
+        tiling = kernel["tiling"]
+        assert tiling["query_block"] * (tiling["query_blocks"] - 1) < queries <= tiling["query_block"] * tiling["query_blocks"]
+        assert tiling["key_block"] * (tiling["key_blocks"] - 1) < keys <= tiling["key_block"] * tiling["key_blocks"]
+    assert response["estimate"]["speedup_vs_baseline"] >= 1.0
