@@ -162,7 +162,9 @@ class _Kernel:
                 todo.append(step.ins[0])
                 continue
             if step.op == "iota" or step.op == "broadcast_in_dim" and not self.score_sized(step.ins[0], score_shape):
-                continue  # made from no score (a mask's positions, a literal or a row broadcast): any block of it
+                if self.reduces_scores(step.ins[0], score_shape):
+                    return None  # a row statistic of the scores inside E needs every key first
+                continue  # made from no score (a mask's positions, a literal, a row of inputs): any block of it
             if step.op == "dot_general":
                 lc, rc, lb, rb = _dims(step)
                 rhs_rank = len(self.shape(step.ins[1]))
@@ -172,8 +174,23 @@ class _Kernel:
                 continue
             if step.op in _TRANSPARENT or step.op.startswith("reduce") or step.op in ("softmax", "concatenate"):
                 return None  # a view or reduction of scores is not elementwise on them
+            if any(self.reduces_scores(k, score_shape) for k in step.ins if not self.score_sized(k, score_shape)):
+                return None  # a row statistic of the scores inside E needs every key first
             todo += [k for k in step.ins if self.score_sized(k, score_shape)]
         return (region, products) if products else None
+
+    def reduces_scores(self, key: str | None, score_shape: tuple[int, ...]) -> bool:
+        """Computed in the kernel from a reduction of score-sized values."""
+        todo, seen = [key], set()
+        while todo:
+            step = self.producer.get(todo.pop())
+            if step is None or step.out in seen:
+                continue
+            seen.add(step.out)
+            if step.op.startswith("reduce") and self.score_sized(step.ins[0], score_shape):
+                return True
+            todo += step.ins
+        return False
 
     def score_sized(self, key: str | None, score_shape: tuple[int, ...]) -> bool:
         """Holds as many elements as the scores, along the same axes in some order."""

@@ -178,3 +178,14 @@ def test_a_where_on_the_probabilities_along_the_keys_is_not_an_attention_to_bloc
         return jnp.where(keep, p, 0.0) @ v
 
     assert _region(dropped, *SHAPES) is None
+
+
+def test_scores_rescaled_by_their_own_row_statistic_are_not_blocked():
+    """softmax(S / sum|S|) needs every key's score before the first exponential: no one pass over
+    key blocks computes it."""
+    def normalized(q, k, v):
+        s = q @ jnp.swapaxes(k, -1, -2)
+        return jax.nn.softmax(s / jnp.sum(jnp.abs(s), -1, keepdims=True), -1) @ v
+
+    assert _region(normalized, *SHAPES) is None
+    assert _region(lambda q, k, v: jax.nn.softmax(q @ jnp.swapaxes(k, -1, -2), -1) @ v, *SHAPES) is not None
