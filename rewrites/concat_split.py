@@ -42,44 +42,44 @@ CONCAT_SPLIT.add("binary-of-concat", "exact",
                  .to(_join(Term.binary(op, c, x, e), Term.binary(op, c, y, e), dim), *two_parts,
                      eq(shape(c).length()).to(i64(0))))
 
+# The joined axis is a variable (`dim`); the rank is enumerated, since the offset vector needs it.
 for n in range(1, MAX_RANK + 1):
-    for axis in range(n):
-        both = Term.concat(parts, i64(axis))
-        # The other operand's blocks that line up with x and y (unit strides).
-        offset = Vec[i64](*(sx[i64(axis)] if k == axis else i64(0) for k in range(n)))
-        first, second = Term.slice(w, zeros(n), sx, Vec[i64]()), Term.slice(w, offset, sw, Vec[i64]())
-        first_p, second_p = Term.slice(p, zeros(n), sx, Vec[i64]()), Term.slice(p, offset, sw, Vec[i64]())
-        aligned = [*two_parts, eq(sx).to(shape(x)), eq(sx.length()).to(i64(n)), eq(sw).to(shape(w)),
-                   eq(sw).to(shape(both))]
-        # op(concat(x, y), w) -> concat(op(x, w[:|x|]), op(y, w[|x|:])) for a w of the concat's shape
-        CONCAT_SPLIT.add("binary-of-concat", "exact",
-                         rewrite(Term.binary(op, both, w, e))
-                         .to(_join(Term.binary(op, x, first, e), Term.binary(op, y, second, e), i64(axis)), *aligned),
-                         rewrite(Term.binary(op, w, both, e))
-                         .to(_join(Term.binary(op, first, x, e), Term.binary(op, second, y, e), i64(axis)), *aligned))
-        # select(p, w, concat(x, y)) -> concat(select(p[:|x|], w[:|x|], x), ...) (jnp.where(mask, s, fill)),
-        # and with the concat as the false case; p has the concat's shape
-        CONCAT_SPLIT.add("select-of-concat", "exact",
-                         rewrite(Term.select(p, w, both))
-                         .to(_join(Term.select(first_p, first, x), Term.select(second_p, second, y), i64(axis)),
-                             *aligned, eq(shape(p)).to(sw)),
-                         rewrite(Term.select(p, both, w))
-                         .to(_join(Term.select(first_p, x, first), Term.select(second_p, y, second), i64(axis)),
-                             *aligned, eq(shape(p)).to(sw)))
+    both = Term.concat(parts, dim)
+    # The other operand's blocks that line up with x and y (unit strides).
+    offset = zeros(n).set(dim, sx[dim])
+    first, second = Term.slice(w, zeros(n), sx, Vec[i64]()), Term.slice(w, offset, sw, Vec[i64]())
+    first_p, second_p = Term.slice(p, zeros(n), sx, Vec[i64]()), Term.slice(p, offset, sw, Vec[i64]())
+    aligned = [*two_parts, eq(sx).to(shape(x)), eq(sx.length()).to(i64(n)), eq(sw).to(shape(w)),
+               eq(sw).to(shape(both))]
+    # op(concat(x, y), w) -> concat(op(x, w[:|x|]), op(y, w[|x|:])) for a w of the concat's shape
+    CONCAT_SPLIT.add("binary-of-concat", "exact",
+                     rewrite(Term.binary(op, both, w, e))
+                     .to(_join(Term.binary(op, x, first, e), Term.binary(op, y, second, e), dim), *aligned),
+                     rewrite(Term.binary(op, w, both, e))
+                     .to(_join(Term.binary(op, first, x, e), Term.binary(op, second, y, e), dim), *aligned))
+    # select(p, w, concat(x, y)) -> concat(select(p[:|x|], w[:|x|], x), ...) (jnp.where(mask, s, fill)),
+    # and with the concat as the false case; p has the concat's shape
+    CONCAT_SPLIT.add("select-of-concat", "exact",
+                     rewrite(Term.select(p, w, both))
+                     .to(_join(Term.select(first_p, first, x), Term.select(second_p, second, y), dim),
+                         *aligned, eq(shape(p)).to(sw)),
+                     rewrite(Term.select(p, both, w))
+                     .to(_join(Term.select(first_p, x, first), Term.select(second_p, y, second), dim),
+                         *aligned, eq(shape(p)).to(sw)))
 
 # Views that keep the joined axis whole carry the split through (GQA's jnp.repeat of K and V is a
 # broadcast to a new axis, then a reshape merging it with the heads).
+# broadcast(concat(x, y), s, dims) -> concat(broadcast(x, s with |x| at dims[a]), ...) along dims[a]:
+# the joined axis is an operand axis, so it maps to one result axis of its full size
+CONCAT_SPLIT.add("broadcast-of-concat", "exact",
+                 rewrite(Term.broadcast(Term.concat(parts, dim), so, dims, e))
+                 .to(_join(Term.broadcast(x, so.set(dims[dim], sx[dim]), dims, e),
+                           Term.broadcast(y, so.set(dims[dim], sw[dim]), dims, e), dims[dim]),
+                     *two_parts, eq(sx).to(shape(x)), eq(sw).to(shape(y))))
 for n in range(1, MAX_RANK + 1):
     for axis in range(n):
         both = Term.concat(parts, i64(axis))
         sized = [*two_parts, eq(sx).to(shape(x)), eq(sx.length()).to(i64(n)), eq(sw).to(shape(y))]
-        # broadcast(concat(x, y), s, dims) -> concat(broadcast(x, s with |x| at dims[a]), ...) along dims[a]:
-        # the joined axis is an operand axis, so it maps to one result axis of its full size
-        to = dims[i64(axis)]
-        CONCAT_SPLIT.add("broadcast-of-concat", "exact",
-                         rewrite(Term.broadcast(both, so, dims, e))
-                         .to(_join(Term.broadcast(x, so.set(to, sx[i64(axis)]), dims, e),
-                                   Term.broadcast(y, so.set(to, sw[i64(axis)]), dims, e), to), *sized))
         # reshape(concat(x, y)) -> concat(reshape(x), reshape(y)) when it only merges or splits the
         # axes before the joined one (one more or one fewer of them): in row-major order each leading
         # index still holds the same run of joined-axis rows
