@@ -36,6 +36,12 @@ class Step:
     ins: tuple[str | None, ...]
     out: str
 
+    @classmethod
+    def of(cls, eqn: dict[str, Any]) -> Step:
+        """A wire equation as a step (its first output)."""
+        return cls(eqn["op"], eqn.get("params") or {}, tuple(a if isinstance(a, str) else None for a in eqn["in"]),
+                   eqn["out"][0]["name"])
+
 
 @dataclass(frozen=True)
 class KeyRegion:

@@ -16,17 +16,11 @@ from costmodel.key_blocking import Step, attention_groups
 from lowering.kernels import avals_of
 
 
-def program_steps(program: dict[str, Any]) -> list[Step]:
-    """The program's equations as steps (operand names, None for a literal; the first output)."""
-    return [Step(e["op"], e.get("params") or {}, tuple(a if isinstance(a, str) else None for a in e["in"]),
-                 e["out"][0]["name"]) for e in program["eqns"]]
-
-
 def with_attention_kernels(program: dict[str, Any], groups: list[list[int]]) -> list[list[int]] | None:
     """`groups` (a policy's kernels, by equation index) with each attention of `program` taken out
     as a group of its own, in a valid order; None when the program has no attention or no such
     order exists (an attention's equations are shared with another's)."""
-    attentions = attention_groups(program_steps(program), avals_of(program))
+    attentions = attention_groups([Step.of(e) for e in program["eqns"]], avals_of(program))
     taken = {i for group in attentions for i in group}
     if not attentions or len(taken) != sum(map(len, attentions)):
         return None

@@ -264,8 +264,7 @@ def _finish(kernel: Kernel, program, costs: list[OpCost], avals, profile: Hardwa
     inside_bytes = sum(nbytes(avals[n]) for n in intermediates)
     read, write = sum(_read_bytes(n, eqns, avals) for n in kernel.inputs), sum(nbytes(avals[n]) for n in kernel.outputs)
     kernel.tiling = _tiling([c.tiling for c in parts if c.kind == "gemm"])
-    steps = [Step(e["op"], e.get("params") or {}, tuple(a if isinstance(a, str) else None for a in e["in"]),
-                  e["out"][0]["name"]) for e in eqns]
+    steps = [Step.of(e) for e in eqns]
     fills = [n for n in kernel.inputs if _literal_fill(program, n)]
     blocked = key_blocking and key_blocked(profile, steps, parts, avals, read, write, inside_bytes, kernel.inputs,
                                            len(kernel.outputs), set(intermediates), set(kernel.outputs), fills)

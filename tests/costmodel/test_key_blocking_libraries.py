@@ -153,9 +153,7 @@ def _assert_key_blocked_near_its_bound(program):
 
 def _region(fn, *shapes):
     program = capture(fn, *(jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes))
-    steps = [Step(e["op"], e.get("params") or {}, tuple(a if isinstance(a, str) else None for a in e["in"]),
-                  e["out"][0]["name"]) for e in program["eqns"]]
-    return key_region(steps, avals_of(program), set(program["outputs"]))
+    return key_region([Step.of(e) for e in program["eqns"]], avals_of(program), set(program["outputs"]))
 
 
 SHAPES = [(1, 2, 64, 16)] * 3
