@@ -131,9 +131,12 @@ def build_kernel_program(program: dict[str, Any], profile: HardwareProfile, poli
         _assign_groups(placer, static, groups)
     placer.materialize_returned_views()
     kernels, precompute, escaping = placer.kernels, placer.precompute, placer.escaping
+    # literals broadcast to a shape: a key-blocked kernel reading one makes each block of it
+    fills = {e["out"][0]["name"] for e in program["eqns"]
+             if e["op"] == "broadcast_in_dim" and not isinstance(e["in"][0], str)} if key_blocking else set()
     for group in (kernels, precompute):
         for kernel in group:
-            _finish(kernel, program, costs, avals, profile, escaping, key_blocking)
+            _finish(kernel, program, costs, avals, profile, escaping, key_blocking, fills)
     return KernelProgram(kernels, precompute, sum_estimates([k.estimate for k in kernels]),
                          sum_estimates([k.estimate for k in precompute]))
 
@@ -247,7 +250,7 @@ def kernel_kind(parts: list[OpCost], ops: list[str]) -> str:
 
 
 def _finish(kernel: Kernel, program, costs: list[OpCost], avals, profile: HardwareProfile,
-            escaping: set[str], key_blocking: bool) -> None:
+            escaping: set[str], key_blocking: bool, fills: set[str]) -> None:
     """Kind, ops, buffers (inputs and outputs in HBM; intermediates in SRAM, or spilled when they
     do not fit; an attention's scores in tiles when it runs key-blocked), tiling of its GEMM (and
     its blocks) and the estimate."""
@@ -264,10 +267,9 @@ def _finish(kernel: Kernel, program, costs: list[OpCost], avals, profile: Hardwa
     inside_bytes = sum(nbytes(avals[n]) for n in intermediates)
     read, write = sum(_read_bytes(n, eqns, avals) for n in kernel.inputs), sum(nbytes(avals[n]) for n in kernel.outputs)
     kernel.tiling = _tiling([c.tiling for c in parts if c.kind == "gemm"])
-    steps = [Step.of(e) for e in eqns]
-    fills = [n for n in kernel.inputs if _literal_fill(program, n)]
-    blocked = key_blocking and key_blocked(profile, steps, parts, avals, read, write, inside_bytes, kernel.inputs,
-                                           len(kernel.outputs), set(intermediates), set(kernel.outputs), fills)
+    blocked = key_blocking and key_blocked(profile, [Step.of(e) for e in eqns], parts, avals, read, write,
+                                           inside_bytes, kernel.inputs, len(kernel.outputs), set(intermediates),
+                                           set(kernel.outputs), [n for n in kernel.inputs if n in fills])
     if blocked:
         kernel.kind, kernel.tiling = "key_blocked", {**kernel.tiling, **blocked.tiling}
         parts, read, inside_bytes = blocked.parts, blocked.read_bytes, blocked.intermediate_bytes
@@ -276,12 +278,6 @@ def _finish(kernel: Kernel, program, costs: list[OpCost], avals, profile: Hardwa
                       ((kernel.inputs, "input", "hbm"), (kernel.outputs, "output", "hbm"),
                        (intermediates, "intermediate", level)) for n in names]
     kernel.estimate = fused_estimate(profile, parts, read, write, inside_bytes, len(kernel.inputs), len(kernel.outputs))
-
-
-def _literal_fill(program: dict[str, Any], name: str) -> bool:
-    """A literal broadcast to a shape (another kernel wrote it; a kernel reading it may make it)."""
-    return any(e["op"] == "broadcast_in_dim" and not isinstance(e["in"][0], str) and e["out"][0]["name"] == name
-               for e in program["eqns"])
 
 
 def _tiling(gemms: list[dict[str, int]]) -> dict[str, int]:
