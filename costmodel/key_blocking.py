@@ -67,7 +67,9 @@ def _dims(step: Step) -> tuple[list[int], list[int], list[int], list[int]]:
     return list(lc), list(rc), list(lb), list(rb)
 
 
-class _Kernel:
+class KernelSteps:
+    """A kernel's steps with their producers and shapes: what the attention's shape is read from."""
+
     def __init__(self, steps: list[Step], avals: dict[str, Aval]):
         self.steps, self.avals = steps, avals
         self.producer = {s.out: s for s in steps}
@@ -203,7 +205,7 @@ class _Kernel:
         return key is not None and sorted(_core(self.shape(key))) == sorted(_core(score_shape))
 
 
-def _attentions(kernel: _Kernel):
+def attentions(kernel: KernelSteps):
     """Each softmax(E(S)) @ V among the steps: (the mix, which operand is the probabilities, their
     shape, the products making the scores)."""
     for mix in kernel.steps:
@@ -226,10 +228,10 @@ def attention_groups(steps: list[Step], avals: dict[str, Aval]) -> list[list[int
     """For each attention in a program's steps with one score product, the steps a key-blocked
     kernel of it computes: those from the score product to the mix, and the score-sized values
     they read (a mask made from positions), by index in program order."""
-    kernel = _Kernel(steps, avals)
+    kernel = KernelSteps(steps, avals)
     index = {s.out: i for i, s in enumerate(steps)}
     groups = []
-    for mix, _, shape, products in _attentions(kernel):
+    for mix, _, shape, products in attentions(kernel):
         if len(products) != 1:
             continue
         start = index[products[0].out]
@@ -251,8 +253,8 @@ def attention_groups(steps: list[Step], avals: dict[str, Aval]) -> list[list[int
 
 def key_region(steps: list[Step], avals: dict[str, Aval], written: set[str]) -> KeyRegion | None:
     """The kernel's attention when it has one whose score-sized values it need not write."""
-    kernel = _Kernel(steps, avals)
-    for mix, side, shape, products in _attentions(kernel):
+    kernel = KernelSteps(steps, avals)
+    for mix, side, shape, products in attentions(kernel):
         # every score-sized value the kernel computes is one block's tile: made elementwise, by
         # the score product, or a view of what the kernel reads (a mask broadcast over heads)
         scores = {s.out for s in steps if kernel.score_sized(s.out, shape)}

@@ -110,9 +110,10 @@ def _progress(args: argparse.Namespace, label: str) -> Iterator[Callable[[dict[s
 def _optimize(args: argparse.Namespace) -> int:
     request = _load_request(args.file)
     hardware = args.hardware or request.get("hardware")
+    options = {**(request.get("options") or {}), **({"lowering": args.lowering} if args.lowering else {})}
     with _progress(args, f"optimize {Path(args.file).name}") as progress:
         response = optimize_program(request["program"], server=args.server, hardware=hardware,
-                                    options=request.get("options"), progress=progress)
+                                    options=options or None, progress=progress)
     if args.listing:
         print(response["listing"], end="")
     else:
@@ -304,6 +305,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "torch ExportedProgram")
     opt.add_argument("--hardware", metavar="NAME", help="profile name (default: the file's, else the default)")
     opt.add_argument("--server", metavar="URL", help="POST to this server instead of running in-process")
+    opt.add_argument("--lowering", choices=["xla", "pallas"],
+                     help="pallas: key-blocked attention as one fused Pallas kernel (default: the file's, else xla)")
     opt.add_argument("--json", action="store_true", help="print the whole response, no progress")
     opt.add_argument("--listing", action="store_true", help="print the kernel program listing")
     opt.add_argument("--report", metavar="OUT.html", help="also write the result's HTML report (self-contained) here")

@@ -13,6 +13,7 @@ import numpy as np
 from jax import lax
 from pydantic import ValidationError
 
+from wire.flash_attention import composite_ops
 from wire.format import FORMAT, WireError, WireLiteral, WireProgram, decode_array, literal_value, parse_dtype
 from wire.params import decode_params
 from wire.precision import declared_precision, in_declared_precision
@@ -49,7 +50,7 @@ def _as_program(program: dict | WireProgram) -> WireProgram:
 
 
 def _resolve(op: str, eqn: int) -> jex.Primitive:
-    prim = primitive_table().get(op)
+    prim = primitive_table().get(op) or composite_ops().get(op)
     if prim is None:
         raise WireError(f"unknown primitive {op!r} cannot be run", eqn=eqn, field="op")
     return prim

@@ -23,6 +23,10 @@ class OptimizeOptions(BaseModel):
     fp_mode: Literal["exact", "real"] = Field(
         "real", description="exact: only rewrites exact in IEEE arithmetic; real: identities of real numbers")
     validate_result: bool = Field(True, alias="validate", description="check optimized vs original numerically")
+    lowering: Literal["xla", "pallas"] = Field(
+        "xla", description="xla: the program as standard JAX ops, fused by XLA its own way; pallas: each "
+                           "key-blocked attention kernel as one fused Pallas kernel (interpret mode off a GPU: "
+                           "correct, not fast)")
     rules: bool = Field(True, description="false: round-trip through the e-graph with no rewrites")
     exclude_rules: list[str] = Field(default_factory=list, description="names of algebraic rules that do not run "
                                                                        "(as `report.rewrites` names them)")

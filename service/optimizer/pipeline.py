@@ -17,6 +17,7 @@ from costmodel.profile import HardwareProfile, resolve_profile
 from lowering.kernels import NAIVE, POLICIES, KernelProgram, baseline_kernels, build_kernel_program
 from lowering.lower_bound import lower_bound
 from lowering.listing import kernel_listing
+from lowering.pallas_attention import realize_attention
 from lowering.validate import identical, validate, validate_pieces
 from rewrites.registry import NamedRule
 from service.optimizer.background_validation import BackgroundValidation
@@ -90,6 +91,9 @@ def _optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | 
             naive = build_kernel_program(program, profile, NAIVE)
             baseline = baseline_kernels(written, profile)
             candidate, lowered, fusion_report = _kernels(found, written, baseline, profile, options, notes)
+            if options.lowering == "pallas":
+                candidate, lowered.kernels, realized = realize_attention(candidate, lowered.kernels)
+                notes += realized
         with stage(timings, "validate"):
             if not options.validate_result:
                 validation = {"status": "skipped", "max_rel_error": None, "trials": 0, "reason": "validation turned off by the request"}

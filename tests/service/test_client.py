@@ -2,6 +2,7 @@
 the `jax.jit`-like `jit` wrapper (pytrees, static args, per-signature cache, fallback)."""
 from __future__ import annotations
 
+import json
 import socket
 import warnings
 
@@ -240,3 +241,28 @@ def test_a_function_captured_under_x64_is_optimized_in_process_and_its_callable_
     for g, e in zip(jax.tree.leaves(got), jax.tree.leaves(expected), strict=True):
         assert np.asarray(g).dtype == np.float64
         np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-9, atol=1e-12)
+
+
+def test_cli_lowering_pallas_returns_the_attention_as_one_fused_kernel(tmp_path, capsys, server_url):
+    """`--lowering pallas`, in-process and through the server: the key-blocked attention comes back
+    as one flash_attention equation (an SRAM too small for the scores, so it blocks at test size)."""
+    from costmodel.profile import load_profile, with_overrides
+    from service.cli import main
+    from wire.capture import capture
+
+    def causal(q, k, v):
+        n = q.shape[2]
+        s = jnp.where(jnp.tril(jnp.ones((n, n), bool)), q @ k.transpose(0, 1, 3, 2), -jnp.inf)
+        return jax.nn.softmax(s, -1) @ v
+
+    spec = jax.ShapeDtypeStruct((1, 2, 300, 8), jnp.float32)
+    hardware = with_overrides(load_profile("optu-v1"), {"memory.sram_bytes": 256 * 2**10}).model_dump()
+    path = tmp_path / "request.json"
+    path.write_text(json.dumps({"program": capture(causal, spec, spec, spec), "hardware": hardware,
+                                "options": {"validate": False}}))
+    for server in ([], ["--server", server_url]):
+        assert main(["optimize", str(path), "--lowering", "pallas", "--json", *server]) == 0
+        ops = [e["op"] for e in json.loads(capsys.readouterr().out)["program"]["eqns"]]
+        assert ops.count("flash_attention") == 1 and "dot_general" not in ops
+    assert main(["optimize", str(path), "--json"]) == 0
+    assert "flash_attention" not in capsys.readouterr().out

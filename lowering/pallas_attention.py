@@ -1,0 +1,407 @@
+"""Key-blocked attention kernels realized as what they were priced as: each becomes one
+`flash_attention` equation (wire/flash_attention.py, a fused Pallas kernel) on canonical operands.
+
+Every axis of the attention's values is named from the probabilities the mix reads,
+[batch..., queries, keys]: views and transposes that keep the keys last carry the names back to
+the scores, and the score product's dimension numbers carry them to Q and K, as the mix's carry
+them to V. Q, K, V and each value the score transform reads from outside (a mask's positions, a
+bias, a row of a padding mask) are then transposed, broadcast and reshaped to [batch, rows, ...]
+by standard ops; the transform's elementwise ops become a nested program on one score block. A
+shape this cannot name stays as the ops it was (the reason is returned as a note).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from costmodel.key_blocking import KernelSteps, Step, key_region
+from lowering.kernels import Kernel, avals_of
+from wire.primitives import PRIMITIVES, live_equations
+
+Labels = list[str | None]  # per axis: b<i> (batch), q, k, c<i> (contracted), w<i> (output width); None: a unit axis
+
+
+class CannotRealize(Exception):
+    """The attention's shape is one the canonical kernel does not name."""
+
+
+def _spec(name: str, shape: list[int], dtype: str) -> dict[str, Any]:
+    return {"name": name, "shape": list(shape), "dtype": dtype}
+
+
+@dataclass
+class _Emitter:
+    """Equations built around the fused kernel, with fresh names."""
+
+    prefix: str
+    avals: dict[str, tuple[tuple[int, ...], str]]
+    eqns: list[dict[str, Any]] = field(default_factory=list)
+    reshaped: dict[str, str] = field(default_factory=dict)  # a reshape's result -> its operand
+
+    def emit(self, op: str, ins: list[Any], shape: list[int], dtype: str, params: dict[str, Any],
+             name: str | None = None) -> str:
+        name = name or f"{self.prefix}_{len(self.eqns)}"
+        self.eqns.append({"op": op, "in": ins, "out": [_spec(name, shape, dtype)], "params": params})
+        self.avals[name] = (tuple(shape), dtype)
+        return name
+
+    def canonical(self, name: str, labels: Labels, groups: list[list[str]], sizes: dict[str, int],
+                  broadcast: bool) -> str:
+        """`name` (its axes named by `labels`) as one axis per group of names, in order; a name it
+        lacks is broadcast to its size where `broadcast` (else where the group has another)."""
+        shape, dtype = self.avals[name]
+        if any(label is None and size != 1 for label, size in zip(labels, shape)):
+            raise CannotRealize(f"{name}: an axis of size > 1 the attention does not name")
+        order = [label for group in groups for label in group]
+        if any(label is not None and label not in order for label in labels) or \
+                len({label for label in labels if label}) != sum(label is not None for label in labels):
+            raise CannotRealize(f"{name}: axes {labels} are not the attention's")
+        present = [label for label in labels if label is not None]
+        if len(present) != len(labels):
+            shape = tuple(s for label, s in zip(labels, shape) if label is not None)
+            name = self.reshape(name, list(shape))
+        sorted_present = sorted(present, key=order.index)
+        if sorted_present != present:
+            permutation = [present.index(label) for label in sorted_present]
+            shape = tuple(shape[p] for p in permutation)
+            name = self.emit("transpose", [name], list(shape), dtype, {"permutation": permutation})
+        kept = [label for group in groups for label in group
+                if label in present or broadcast or any(other in present for other in group)]
+        if kept != sorted_present:
+            shape = tuple(sizes[label] for label in kept)
+            name = self.emit("broadcast_in_dim", [name], list(shape), dtype,
+                             {"shape": list(shape), "broadcast_dimensions": [kept.index(l) for l in sorted_present],
+                              "sharding": None})
+        merged = [math.prod(sizes[label] for label in group if label in kept) for group in groups]
+        return self.reshape(name, merged) if list(shape) != merged else name
+
+    def reshape(self, name: str, shape: list[int], out: str | None = None) -> str:
+        name = self.reshaped.get(name, name)  # a reshape of a reshape: one (the first is left dead)
+        result = self.emit("reshape", [name], shape, self.avals[name][1],
+                           {"new_sizes": shape, "dimensions": None, "sharding": None}, out)
+        self.reshaped[result] = name
+        return result
+
+
+def _view_input_labels(view: KernelSteps, step: Step, labels: Labels) -> Labels:
+    """The names of a row-keeping view's operand's axes, from its result's."""
+    if step.op == "transpose":
+        named: Labels = [None] * len(labels)
+        for out_axis, in_axis in enumerate(step.params["permutation"]):
+            named[in_axis] = labels[out_axis]
+        return named
+    # a view adding or dropping unit axes: the others map in order
+    outer = iter(label for label, size in zip(labels, view.shape(step.out)) if size != 1)
+    return [next(outer) if size != 1 else None for size in view.shape(step.ins[0])]
+
+
+def _dot_labels(step: Step, ranks: tuple[int, int], side: int, out_labels: Labels) -> Labels:
+    """The names of one operand's axes of a dot_general whose result's axes are `out_labels`:
+    batch and free axes from the result, the contracted ones c<i> by their pair's index."""
+    (lc, rc), (lb, rb) = step.params["dimension_numbers"]
+    contracting, batch = [list(lc), list(rc)], [list(lb), list(rb)]
+    free_count = [ranks[s] - len(contracting[s]) - len(batch[s]) for s in (0, 1)]
+    named: Labels = [None] * ranks[side]
+    for j, axis in enumerate(batch[side]):
+        named[axis] = out_labels[j]
+    for i, axis in enumerate(contracting[side]):
+        named[axis] = f"c{i}"
+    free = [axis for axis in range(ranks[side]) if axis not in contracting[side] + batch[side]]
+    offset = len(batch[side]) + (free_count[0] if side == 1 else 0)
+    for i, axis in enumerate(free):
+        named[axis] = out_labels[offset + i]
+    return named
+
+
+def _dot_out_labels(step: Step, ranks: tuple[int, int], operand_labels: tuple[Labels, Labels]) -> Labels:
+    """The names of a dot_general's result axes from its operands' (batch, lhs free, rhs free)."""
+    (lc, rc), (lb, rb) = step.params["dimension_numbers"]
+    contracting, batch = [list(lc), list(rc)], [list(lb), list(rb)]
+    named = [operand_labels[0][axis] for axis in batch[0]]
+    for side in (0, 1):
+        named += [operand_labels[side][axis] for axis in range(ranks[side])
+                  if axis not in contracting[side] + batch[side]]
+    return named
+
+
+def _elementwise(op: str) -> bool:
+    return op != "iota" and op in PRIMITIVES and PRIMITIVES[op].role == "elementwise"
+
+
+def _literal_zero(operand: Any) -> bool:
+    return isinstance(operand, dict) and "lit" in operand and operand["lit"] in (0, 0.0, False)
+
+
+class _Realization:
+    """One key-blocked kernel's attention as the equations computing it through `flash_attention`."""
+
+    def __init__(self, view: KernelSteps, eqns: dict[str, dict[str, Any]], avals, prefix: str):
+        self.view, self.eqns = view, eqns
+        self.out = _Emitter(prefix, avals)
+        self.labels: dict[str, Labels] = {}
+        self.sizes: dict[str, int] = {}
+        self.batch: list[str] = []
+        self.score = ""
+        self._from_scores: dict[str, bool] = {}
+
+    def name(self, key: str, labels: Labels) -> None:
+        if self.labels.setdefault(key, labels) != labels:
+            raise CannotRealize(f"{key} is read in two layouts")
+
+    def shape(self, key: str | None) -> tuple[int, ...]:
+        return self.view.shape(key)
+
+    def through_views(self, key: str) -> str:
+        step = self.view.producer.get(key)
+        while step is not None and self.view.keeps_rows(step):
+            self.name(step.ins[0], _view_input_labels(self.view, step, self.labels[key]))
+            key = step.ins[0]
+            step = self.view.producer.get(key)
+        return key
+
+    def equations(self, mix: Step, side: int, score: Step, blocks: tuple[int, int]) -> list[dict[str, Any]]:
+        shape = self.shape(mix.ins[side])
+        batch = [f"b{i}" for i in range(len(shape) - 2)]
+        self.sizes, self.batch = dict(zip([*batch, "q", "k"], shape)), batch
+        self.name(mix.ins[side], [*batch, "q", "k"])
+        keep, probabilities = self.row_where(self.through_views(mix.ins[side]))
+        e = self.view.softmax_input(probabilities)
+        if e is None or self.shape(e) != self.shape(probabilities):
+            raise CannotRealize("the probabilities are not a softmax over the keys")
+        self.name(e, self.labels[probabilities])
+        bq, bk = min(blocks[0], self.sizes["q"]), min(blocks[1], self.sizes["k"])
+        self.score = score.out
+        transform, extras = self.transform(e, score, bq, bk)
+        ranks = (len(self.shape(score.ins[0])), len(self.shape(score.ins[1])))
+        lhs, rhs = (_dot_labels(score, ranks, s, self.labels[score.out]) for s in (0, 1))
+        if "k" not in rhs or "k" in lhs or "q" in rhs:
+            raise CannotRealize("the keys are not the score product's right operand's")
+        depth = [label for label in lhs if label and label.startswith("c")]
+        self.sizes.update((label, self.shape(score.ins[0])[lhs.index(label)]) for label in depth)
+        q = self.out.canonical(score.ins[0], lhs, [batch, ["q"], depth], self.sizes, True)
+        k = self.out.canonical(score.ins[1], rhs, [batch, ["k"], depth], self.sizes, True)
+        v, width, out_labels = self.values(mix, side)
+        v = self.out.canonical(v, self.labels[v], [batch, ["k"], width], self.sizes, True)
+        dtype = self.out.avals[mix.out][1]
+        params = {"score_transform": {"program": transform}, "query_block": bq, "key_block": bk,
+                  "zero_rows": keep is not None, "out_dtype": dtype}
+        canonical = [math.prod(self.sizes[b] for b in batch), self.sizes["q"], math.prod(self.sizes[w] for w in width)]
+        result = self.out.emit("flash_attention", [q, k, v, *extras, *([keep] if keep else [])], canonical, dtype, params)
+        self.restore(result, [*batch, "q", *width], out_labels, mix.out)
+        return self.out.eqns
+
+    def row_where(self, key: str) -> tuple[str | None, str]:
+        """A where replacing whole rows of the probabilities by zero: the mask of the rows kept
+        (canonical) and the probabilities it selects from; (None, key) without one."""
+        step = self.view.producer.get(key)
+        if step is None or step.op != "select_n":
+            return None, key
+        eqn = self.eqns[step.out]
+        constant = [i for i in (1, 2) if _literal_zero(eqn["in"][i]) or self.zero_fill(eqn["in"][i])]
+        if len(constant) != 1 or self.out.avals[step.ins[0]][1] != "bool":
+            raise CannotRealize("rows replaced by something other than zeros")
+        rest = step.ins[3 - constant[0]]
+        self.name(rest, self.labels[key])
+        predicate = self.view.producer.get(step.ins[0])
+        if predicate is None or predicate.op != "broadcast_in_dim" or predicate.ins[0] is None:
+            raise CannotRealize("a where over the probabilities not by rows")
+        rows = self.broadcast_operand_labels(predicate, self.labels[key])
+        keep = self.out.canonical(predicate.ins[0], rows, [self.batch, ["q"], []], self.sizes, False)
+        if constant[0] == 2:  # the zeros where the predicate holds
+            keep = self.out.emit("not", [keep], list(self.out.avals[keep][0]), "bool", {})
+        return keep, rest
+
+    def zero_fill(self, operand: Any) -> bool:
+        step = self.view.producer.get(operand) if isinstance(operand, str) else None
+        return step is not None and step.op == "broadcast_in_dim" and _literal_zero(self.eqns[step.out]["in"][0])
+
+    def broadcast_operand_labels(self, step: Step, labels: Labels) -> Labels:
+        operand = self.shape(step.ins[0])
+        return [labels[axis] if operand[i] != 1 else None
+                for i, axis in enumerate(step.params["broadcast_dimensions"])]
+
+    def values(self, mix: Step, side: int) -> tuple[str, list[str], Labels]:
+        """V, the names of its free (width) axes, and the names of the mix's result axes."""
+        v = mix.ins[1 - side]
+        ranks = [len(self.shape(k)) for k in mix.ins]
+        (lc, rc), (lb, rb) = mix.params["dimension_numbers"]
+        batch, contracting = [list(lb), list(rb)], [list(lc), list(rc)]
+        p_labels, v_labels = self.labels[mix.ins[side]], [None] * ranks[1 - side]
+        for p_axis, v_axis in zip(batch[side], batch[1 - side]):
+            v_labels[v_axis] = p_labels[p_axis]
+        v_labels[contracting[1 - side][0]] = "k"
+        free = [a for a in range(ranks[1 - side]) if a not in batch[1 - side] + contracting[1 - side]]
+        width = [f"w{i}" for i in range(len(free))]
+        for axis, label in zip(free, width):
+            v_labels[axis] = label
+            self.sizes[label] = self.shape(v)[axis]
+        self.name(v, v_labels)
+        operands = (p_labels, v_labels) if side == 0 else (v_labels, p_labels)
+        return v, width, _dot_out_labels(mix, (ranks[0], ranks[1]), operands)
+
+    def restore(self, result: str, canonical: list[str], labels: Labels, out: str) -> None:
+        """The fused kernel's [batch, queries, width] result as the mix's result, named as it."""
+        eqns = self.out.eqns
+        full = [self.sizes[label] for label in canonical]
+        if list(self.out.avals[result][0]) != full:
+            result = self.out.reshape(result, full)
+        if labels != canonical:
+            permutation = [canonical.index(label) for label in labels]
+            result = self.out.emit("transpose", [result], [full[p] for p in permutation], self.out.avals[result][1],
+                                   {"permutation": permutation})
+        eqns[-1]["out"][0]["name"] = out
+        self.out.avals[out] = self.out.avals.pop(result)
+
+    def transform(self, e: str, score: Step, bq: int, bk: int) -> tuple[dict[str, Any], list[str]]:
+        """The score transform as a program on one [bq, bk] block, and its extra operands (canonical).
+        What the kernel computes elementwise and by views is computed per block (a causal or
+        sliding-window mask from positions); a value it reads from outside or makes another way
+        is an extra operand, read by blocks."""
+        kinds: dict[str, str] = {}
+        todo = [e]
+        while todo:
+            key = todo.pop()
+            if key in kinds:
+                continue
+            step = self.view.producer.get(key)
+            if key == score.out:
+                kinds[key] = "scores"
+            elif step is None:
+                kinds[key] = "leaf"
+            elif step.op == "iota":
+                label = self.labels[key][step.params["dimension"]]
+                kinds[key] = "iota" if label in ("q", "k", None) else "leaf"
+            elif step.op == "broadcast_in_dim":
+                kinds[key] = "fill" if step.ins[0] is None else "view"
+                if step.ins[0] is not None:
+                    self.name(step.ins[0], self.broadcast_operand_labels(step, self.labels[key]))
+                    todo.append(step.ins[0])
+            elif step.op == "transpose" or self.view.unit_view(step):
+                kinds[key] = "view"
+                self.name(step.ins[0], _view_input_labels(self.view, step, self.labels[key]))
+                todo.append(step.ins[0])
+            elif _elementwise(step.op):
+                kinds[key] = "elementwise"
+                for operand in step.ins:
+                    if operand is not None:
+                        self.name(operand, self.operand_labels(step, operand, key))
+                        todo.append(operand)
+            elif self.from_scores(key):
+                raise CannotRealize(f"{step.op} in the score transform")
+            else:
+                kinds[key] = "leaf"
+        return self.block_program(kinds, e, score, bq, bk)
+
+    def from_scores(self, key: str) -> bool:
+        """Computed in the kernel from the scores."""
+        if key not in self._from_scores:
+            step = self.view.producer.get(key)
+            self._from_scores[key] = key == self.score or step is not None and step.op != "dot_general" and \
+                any(self.from_scores(k) for k in step.ins if k is not None)
+        return self._from_scores[key]
+
+    def operand_labels(self, step: Step, operand: str, key: str) -> Labels:
+        """An elementwise operand's axes named as its result's (a size-1 axis broadcasts: unnamed)."""
+        shape, own = self.shape(operand), self.shape(key)
+        if len(shape) not in (0, len(own)) or any(s not in (1, o) for s, o in zip(shape, own)):
+            raise CannotRealize(f"{step.op} reads {operand} of shape {list(shape)}")
+        return [label if size != 1 else None for label, size in zip(self.labels[key], shape)]
+
+    def block_program(self, kinds: dict[str, str], e: str, score: Step, bq: int, bk: int) -> tuple[dict[str, Any], list[str]]:
+        block = [bq, bk]
+        order = sorted(kinds, key=lambda k: (self.view.steps.index(self.view.producer[k])
+                                             if k in self.view.producer else -1))
+        names: dict[str, str] = {}
+        inputs = [_spec("scores", block, self.out.avals[score.out][1]), _spec("query_positions", block, "int32"),
+                  _spec("key_positions", block, "int32")]
+        eqns, extras = [], []
+
+        def emit(op: str, ins: list[Any], dtype: str, params: dict[str, Any]) -> str:
+            eqns.append({"op": op, "in": ins, "out": [_spec(f"e{len(eqns)}", block, dtype)], "params": params})
+            return eqns[-1]["out"][0]["name"]
+
+        for key in order:
+            kind, step, dtype = kinds[key], self.view.producer.get(key), self.out.avals[key][1]
+            if kind == "scores":
+                names[key] = "scores"
+            elif kind == "view":
+                names[key] = names[step.ins[0]]
+            elif kind == "elementwise":
+                names[key] = emit(step.op, [a if isinstance(a, dict) else names[a] for a in self.eqns[key]["in"]],
+                                  dtype, self.eqns[key].get("params") or {})
+            elif kind == "fill":
+                names[key] = emit("broadcast_in_dim", [self.eqns[key]["in"][0]], dtype,
+                                  {"shape": block, "broadcast_dimensions": [], "sharding": None})
+            elif kind == "iota":
+                label = self.labels[key][step.params["dimension"]]
+                positions = {"q": "query_positions", "k": "key_positions"}.get(label)
+                names[key] = emit("convert_element_type", [positions], dtype,
+                                  {"new_dtype": dtype, "weak_type": False, "sharding": None}) if positions else \
+                    emit("broadcast_in_dim", [{"lit": 0, "dtype": dtype}], dtype,
+                         {"shape": block, "broadcast_dimensions": [], "sharding": None})
+            else:
+                names[key] = self.extra(key, step, extras)
+                inputs.append(_spec(names[key], block, self.out.avals[key][1]))
+        program = {"format": "optu.jaxpr/v1", "inputs": inputs, "consts": [], "eqns": eqns, "outputs": [names[e]]}
+        return program, extras
+
+    def extra(self, key: str, step: Step | None, extras: list[str]) -> str:
+        """A value the transform reads from outside, made canonical as an extra operand of the kernel:
+        a broadcast's operand rather than the broadcast, an iota along a batch axis as one row of it."""
+        labels = self.labels[key]
+        if step is not None and step.op == "broadcast_in_dim" and step.ins[0] is not None:
+            key, labels = step.ins[0], self.broadcast_operand_labels(step, labels)
+        elif step is not None and step.op == "iota":
+            label = labels[step.params["dimension"]]
+            key = self.out.emit("iota", [], [self.sizes[label]], self.out.avals[key][1],
+                                {**self.eqns[key]["params"], "shape": [self.sizes[label]], "dimension": 0})
+            labels = [label]
+        extras.append(self.out.canonical(key, labels, [self.batch, ["q"], ["k"]], self.sizes, False))
+        return f"x{len(extras)}"
+
+def realize_attention(program: dict[str, Any], kernels: list[Kernel]) -> tuple[dict[str, Any], list[Kernel], list[str]]:
+    """`program` with each key-blocked kernel's attention computed by one `flash_attention`
+    equation, the kernels' equation indices renumbered (a kernel holds the equations added for its
+    attention, none that became dead), and a note per kernel left as ops and why."""
+    eqns, avals = list(program["eqns"]), avals_of(program)
+    replaced: dict[int, list[dict[str, Any]]] = {}
+    owner: dict[int, Kernel] = {}
+    notes = []
+    for kernel in kernels:
+        if kernel.kind != "key_blocked":
+            continue
+        indices = sorted(set(kernel.eqns))
+        steps = [Step.of(eqns[i]) for i in indices]
+        region = key_region(steps, avals, set(kernel.outputs))
+        mix = region and region.mix_product
+        try:
+            if mix is None:
+                raise CannotRealize("its attention is not one the kernel program prices as blocked")
+            side = 0 if mix.ins[1] == region.values else 1
+            by_out = {eqns[i]["out"][0]["name"]: eqns[i] for i in indices}
+            index = next(i for i in indices if eqns[i]["out"][0]["name"] == mix.out)
+            realization = _Realization(KernelSteps(steps, avals), by_out, avals, f"fa{kernel.id}")
+            replaced[index] = realization.equations(mix, side, region.score_product,
+                                                    (kernel.tiling["query_block"], kernel.tiling["key_block"]))
+            owner[index] = kernel
+        except CannotRealize as reason:
+            notes.append(f"kernel {kernel.id} (key_blocked) runs as JAX ops, not one Pallas kernel: {reason}")
+    if not replaced:
+        return program, kernels, notes
+    notes.insert(0, f"{len(replaced)} key-blocked attention kernel(s) returned as one fused Pallas kernel each "
+                    "(flash_attention)")
+    spliced, origin = [], []
+    for index, eqn in enumerate(eqns):
+        for new in replaced.get(index, [eqn]):
+            spliced.append(new)
+            origin.append((index, new is not eqn))
+    live = live_equations(spliced, program["outputs"])
+    renumbered: dict[int, list[int]] = {}
+    for position, index in enumerate(live):
+        renumbered.setdefault(origin[index][0], []).append(position)
+    for kernel in kernels:
+        kernel.eqns = [n for i in kernel.eqns for n in renumbered.get(i, [])
+                       if i not in owner or owner[i] is kernel]
+        kernel.ops = [spliced[live[n]]["op"] for n in kernel.eqns]
+    return {**program, "eqns": [spliced[i] for i in live]}, kernels, notes
