@@ -304,6 +304,8 @@ def write_cpu_host_profile(measured: dict[str, Any], path: str | Path = PROFILES
                                   f"{BUFFERS[1]}) of a jitted call returning 16-element arrays", None),
             "precompute_weights": (False, f"{mapping}: a plain jax.jit recomputes weight-only work on every call", None),
             "max_gemms": (1, f"{mapping}: a kernel is one library GEMM plus epilogues, as XLA:CPU runs it", None),
+            "pallas_compiled": (False, f"{mapping}: on a CPU a Pallas kernel runs in interpret mode only, not "
+                                "as one compiled kernel", None),
             "loop_iteration_s": (measured["loop"]["iteration_s"], f"{by}: slope of t vs length of a scan "
                                  f"({LOOP_TRIPS[0]} and {LOOP_TRIPS[1]}) with a 4x32 multiply-add body, less the "
                                  "body's flops", None)},

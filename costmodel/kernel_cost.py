@@ -88,7 +88,9 @@ def key_blocked(profile: HardwareProfile, steps: list[Step], parts: list[OpCost]
         return fused_estimate(profile, parts, read_bytes, write_bytes, intermediate_bytes, len(inputs), outputs).time_s
 
     options = blocked_options(profile, region, steps, parts, avals, read_bytes, intermediate_bytes, set(inputs), counted)
-    best = min(options, key=lambda w: time_s(w.parts, w.read_bytes, w.intermediate_bytes), default=None)
+    # on a tie (HBM traffic hidden under compute), the fewest blocks: less per-block overhead than the model counts
+    best = min(options, key=lambda w: (time_s(w.parts, w.read_bytes, w.intermediate_bytes),
+                                       w.tiling["query_blocks"] * w.tiling["key_blocks"]), default=None)
     plain = time_s(parts, read_bytes, intermediate_bytes)
     return best if best and time_s(best.parts, best.read_bytes, best.intermediate_bytes) < plain else None
 

@@ -97,16 +97,26 @@ class KernelSteps:
         return key
 
     def through(self, key: str | None) -> str | None:
-        """The value a chain of transparent ops (and row-stat clamps by a literal) starts from."""
+        """The value a chain of transparent ops (and row-stat clamps by a literal, and the casts a
+        low-precision softmax sums in float32 with) starts from."""
         while key in self.producer:
             step = self.producer[key]
-            if step.op in _TRANSPARENT or self.unit_view(step):
+            if step.op in _TRANSPARENT or step.op == "convert_element_type" or self.unit_view(step):
                 key = step.ins[0]
             elif step.op in ("max", "min") and len(step.ins) == 2 and () in map(self.shape, step.ins):
                 key = next(k for k in step.ins if self.shape(k) != ())  # jnp.max's initial=-inf
             else:
                 break
         return key
+
+    def views_of(self, key: str) -> list[str]:
+        """`key`, the value it is a view of (a transpose, reshape or broadcast), and so on back as far
+        as views go: the last is what the kernel reads or computes."""
+        chain = [key]
+        while chain[-1] in self.producer and self.producer[chain[-1]].op in _TRANSPARENT | {"transpose"} and \
+                self.producer[chain[-1]].ins[0] is not None:
+            chain.append(self.producer[chain[-1]].ins[0])
+        return chain
 
     def row_reduced(self, key: str | None, reduction: str, rank: int) -> str | None:
         """x where `key` is (a view of) reduction(x) over the last of x's `rank` axes."""
@@ -133,7 +143,8 @@ class KernelSteps:
             return None
         numerator, denominator = step.ins
         exp = self.producer.get(numerator)
-        if exp is None or exp.op != "exp" or self.row_reduced(denominator, "reduce_sum", rank) != numerator:
+        summed = self.through(self.row_reduced(denominator, "reduce_sum", rank))
+        if exp is None or exp.op != "exp" or summed != numerator:
             return None
         shifted = self.producer.get(exp.ins[0])
         if shifted is None or shifted.op != "sub":
@@ -302,7 +313,8 @@ def blocked_options(profile: HardwareProfile, region: KeyRegion, steps: list[Ste
                     avals: dict[str, Aval], read_bytes: int, intermediate_bytes: int, inputs: set[str],
                     counted: set[str]) -> list[BlockedWork]:
     """The blocked kernel at every query and key block size whose working set fits in SRAM
-    beside the kernel's other intermediates. `parts` are the steps' costs, `counted` the values
+    beside the kernel's other intermediates, and in one block's share of it where the profile
+    bounds that (a GPU's shared memory per SM). `parts` are the steps' costs, `counted` the values
     `intermediate_bytes` holds, `inputs` what the kernel reads from HBM."""
     score, mix = region.score_product, region.mix_product
     dtype = avals[score.out][1]
@@ -311,13 +323,19 @@ def blocked_options(profile: HardwareProfile, region: KeyRegion, steps: list[Ste
     values_contracted, values_batch = _dims(mix)[1::2] if region.values == mix.ins[1] else _dims(mix)[0::2]
     width = math.prod(d for i, d in enumerate(avals[region.values][0]) if i not in values_contracted + values_batch)
     others = [c for s, c in zip(steps, parts) if s is not score and s is not mix]
-    rest = intermediate_bytes - sum(nbytes(avals[k]) for k in region.scores if k in counted)
-    key_reads = sum(nbytes(avals[k]) for k in {score.ins[1], region.values} if k in inputs)
+    # K and V as the kernel reads them from HBM, through the views that lay them out (a transpose,
+    # GQA's repeat): each block lays out its own tile and makes its rows of the output, so neither
+    # those views, the scores nor the output are held whole
+    kernel = KernelSteps(steps, avals)
+    keys, values = kernel.views_of(score.ins[1]), kernel.views_of(region.values)
+    per_block = {*region.scores, *keys[:-1], *values[:-1], mix.out}
+    rest = intermediate_bytes - sum(nbytes(avals[k]) for k in per_block if k in counted)
+    key_reads = sum(nbytes(avals[k]) for k in {keys[-1], values[-1]} if k in inputs)
     options = []
     for bq in _candidates(region.queries):
         for bk in _candidates(region.keys):
             tiles = size * (bq * (depth + 2 * width + 2) + bk * (depth + width) + 2 * bq * bk)
-            if rest + tiles > profile.memory.sram_bytes:
+            if rest + tiles > profile.memory.sram_bytes or tiles > (profile.memory.block_bytes or math.inf):
                 continue
             nq, nk = math.ceil(region.queries / bq), math.ceil(region.keys / bk)
             blocks = nq * nk

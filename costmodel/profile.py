@@ -117,6 +117,9 @@ class VectorUnit(_Section):
 
 class MemorySystem(_Section):
     sram_bytes: Positive
+    # On-chip bytes one block of a blocked kernel may hold where one program instance sees less
+    # than the whole SRAM (a GPU's per-SM shared memory; its L2 is sram_bytes). None: all of it.
+    block_bytes: Annotated[float | None, Field(gt=0)] = None
     sram_bw_bytes_per_s: Positive
     sram_energy_per_byte_j: NonNegative
     hbm_bw_bytes_per_s: Positive
@@ -147,6 +150,9 @@ class KernelParams(_Section):
     # GEMMs one kernel may run back to back, each reading the one before from SRAM (a chain, an
     # RNN's steps). 1 where a kernel is one library GEMM plus epilogues (cuBLAS, XLA).
     max_gemms: Count = 1
+    # Whether a Pallas kernel runs compiled here as one kernel (Triton on an NVIDIA GPU), so a kernel
+    # of more GEMMs returned as one is what runs; false where Pallas only interprets (a CPU).
+    pallas_compiled: bool = False
 
 
 class HardwareProfile(_Section):

@@ -12,7 +12,7 @@ shape this cannot name stays as the ops it was (the reason is returned as a note
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from costmodel.key_blocking import KernelSteps, Step, key_region
@@ -20,6 +20,7 @@ from lowering.kernels import Kernel, avals_of
 from wire.primitives import PRIMITIVES, live_equations
 
 Labels = list[str | None]  # per axis: b<i> (batch), q, k, c<i> (contracted), w<i> (output width); None: a unit axis
+Node = tuple[str, tuple[str | None, ...]]  # a value of the score transform in one layout
 
 
 class CannotRealize(Exception):
@@ -68,7 +69,7 @@ class _Emitter:
             name = self.emit("transpose", [name], list(shape), dtype, {"permutation": permutation})
         kept = [label for group in groups for label in group
                 if label in present or broadcast or any(other in present for other in group)]
-        if kept != sorted_present:
+        if any(sizes[label] != 1 for label in kept if label not in present):  # unit axes: the reshape adds them
             shape = tuple(sizes[label] for label in kept)
             name = self.emit("broadcast_in_dim", [name], list(shape), dtype,
                              {"shape": list(shape), "broadcast_dimensions": [kept.index(l) for l in sorted_present],
@@ -136,8 +137,12 @@ def _literal_zero(operand: Any) -> bool:
 class _Realization:
     """One key-blocked kernel's attention as the equations computing it through `flash_attention`."""
 
-    def __init__(self, view: KernelSteps, eqns: dict[str, dict[str, Any]], avals, prefix: str):
-        self.view, self.eqns = view, eqns
+    def __init__(self, view: KernelSteps, program: list[dict[str, Any]], avals, prefix: str):
+        self.view = view
+        self.eqns = {e["out"][0]["name"]: e for e in program}  # the whole program's, by first output
+        self.index = {name: i for i, name in enumerate(self.eqns)}
+        self.outside: dict[str, Step] = {}  # a value made outside the kernel from positions alone
+        self._positional: dict[str, bool] = {}
         self.out = _Emitter(prefix, avals)
         self.labels: dict[str, Labels] = {}
         self.sizes: dict[str, int] = {}
@@ -257,41 +262,59 @@ class _Realization:
         """The score transform as a program on one [bq, bk] block, and its extra operands (canonical).
         What the kernel computes elementwise and by views is computed per block (a causal or
         sliding-window mask from positions); a value it reads from outside or makes another way
-        is an extra operand, read by blocks."""
-        kinds: dict[str, str] = {}
-        todo = [e]
+        is an extra operand, read by blocks. A value made from positions alone may be read in
+        several layouts (one iota as the query and as the key positions): each is a node."""
+        kinds: dict[Node, str] = {}
+        todo: list[Node] = [(e, tuple(self.labels[e]))]
         while todo:
-            key = todo.pop()
-            if key in kinds:
+            node = todo.pop()
+            key, labels = node
+            if node in kinds:
                 continue
-            step = self.view.producer.get(key)
+            if self.from_scores(key):
+                self.name(key, list(labels))  # the scores have one layout
+            step = self.step(key)
             if key == score.out:
-                kinds[key] = "scores"
+                kinds[node] = "scores"
             elif step is None:
-                kinds[key] = "leaf"
+                kinds[node] = "leaf"
             elif step.op == "iota":
-                label = self.labels[key][step.params["dimension"]]
-                kinds[key] = "iota" if label in ("q", "k", None) else "leaf"
+                kinds[node] = "iota" if labels[step.params["dimension"]] in ("q", "k", None) else "leaf"
             elif step.op == "broadcast_in_dim":
-                kinds[key] = "fill" if step.ins[0] is None else "view"
+                kinds[node] = "fill" if step.ins[0] is None else "view"
                 if step.ins[0] is not None:
-                    self.name(step.ins[0], self.broadcast_operand_labels(step, self.labels[key]))
-                    todo.append(step.ins[0])
+                    todo.append((step.ins[0], tuple(self.broadcast_operand_labels(step, list(labels)))))
             elif step.op == "transpose" or self.view.unit_view(step):
-                kinds[key] = "view"
-                self.name(step.ins[0], _view_input_labels(self.view, step, self.labels[key]))
-                todo.append(step.ins[0])
+                kinds[node] = "view"
+                todo.append((step.ins[0], tuple(_view_input_labels(self.view, step, list(labels)))))
             elif _elementwise(step.op):
-                kinds[key] = "elementwise"
-                for operand in step.ins:
-                    if operand is not None:
-                        self.name(operand, self.operand_labels(step, operand, key))
-                        todo.append(operand)
+                kinds[node] = "elementwise"
+                todo += [(k, tuple(self.operand_labels(step, k, labels))) for k in step.ins if k is not None]
             elif self.from_scores(key):
                 raise CannotRealize(f"{step.op} in the score transform")
             else:
-                kinds[key] = "leaf"
-        return self.block_program(kinds, e, score, bq, bk)
+                kinds[node] = "leaf"
+        return self.block_program(kinds, (e, tuple(self.labels[e])), score, bq, bk)
+
+    def step(self, key: str) -> Step | None:
+        """The step making `key` in the kernel, or outside it where it is made from positions and
+        literals alone (a causal mask a compiler would precompute): per block, it costs no reads."""
+        if key in self.view.producer:
+            return self.view.producer[key]
+        return self.outside[key] if self.positional(key) else None
+
+    def positional(self, key: str | None) -> bool:
+        if key is None:
+            return True
+        if key not in self._positional:
+            eqn = self.eqns.get(key)
+            step = Step.of(eqn) if eqn is not None and len(eqn["out"]) == 1 else None
+            self._positional[key] = step is not None and (
+                step.op == "iota" or (step.op in ("broadcast_in_dim", "transpose") or self.view.unit_view(step)
+                                      or _elementwise(step.op)) and all(map(self.positional, step.ins)))
+            if self._positional[key]:
+                self.outside[key] = step
+        return self._positional[key]
 
     def from_scores(self, key: str) -> bool:
         """Computed in the kernel from the scores."""
@@ -301,55 +324,68 @@ class _Realization:
                 any(self.from_scores(k) for k in step.ins if k is not None)
         return self._from_scores[key]
 
-    def operand_labels(self, step: Step, operand: str, key: str) -> Labels:
+    def operand_labels(self, step: Step, operand: str, labels: tuple[str | None, ...]) -> Labels:
         """An elementwise operand's axes named as its result's (a size-1 axis broadcasts: unnamed)."""
-        shape, own = self.shape(operand), self.shape(key)
+        shape, own = self.shape(operand), self.shape(step.out)
         if len(shape) not in (0, len(own)) or any(s not in (1, o) for s, o in zip(shape, own)):
             raise CannotRealize(f"{step.op} reads {operand} of shape {list(shape)}")
-        return [label if size != 1 else None for label, size in zip(self.labels[key], shape)]
+        return [label if size != 1 else None for label, size in zip(labels, shape)]
 
-    def block_program(self, kinds: dict[str, str], e: str, score: Step, bq: int, bk: int) -> tuple[dict[str, Any], list[str]]:
+    def block_program(self, kinds: dict[Node, str], e: Node, score: Step, bq: int, bk: int
+                      ) -> tuple[dict[str, Any], list[str]]:
         block = [bq, bk]
-        order = sorted(kinds, key=lambda k: (self.view.steps.index(self.view.producer[k])
-                                             if k in self.view.producer else -1))
-        names: dict[str, str] = {}
+        order = sorted(kinds, key=lambda node: self.index[node[0]] if self.step(node[0]) else -1)
+        names: dict[Node, str] = {}
         inputs = [_spec("scores", block, self.out.avals[score.out][1]), _spec("query_positions", block, "int32"),
                   _spec("key_positions", block, "int32")]
         eqns, extras = [], []
+        scalar: dict[str, bool] = {}
 
-        def emit(op: str, ins: list[Any], dtype: str, params: dict[str, Any]) -> str:
-            eqns.append({"op": op, "in": ins, "out": [_spec(f"e{len(eqns)}", block, dtype)], "params": params})
+        def emit(op: str, ins: list[Any], dtype: str, params: dict[str, Any], shape: list[int] = block) -> str:
+            eqns.append({"op": op, "in": ins, "out": [_spec(f"e{len(eqns)}", shape, dtype)], "params": params})
+            scalar[eqns[-1]["out"][0]["name"]] = not shape
             return eqns[-1]["out"][0]["name"]
 
-        for key in order:
-            kind, step, dtype = kinds[key], self.view.producer.get(key), self.out.avals[key][1]
+        def as_block(name: str, dtype: str) -> str:
+            """A scalar made in the transform (from literals) broadcast to the block where the value was not one."""
+            return emit("broadcast_in_dim", [name], dtype, {"shape": block, "broadcast_dimensions": [],
+                                                            "sharding": None}) if scalar.get(name) else name
+
+        def fill(literal: dict[str, Any], dtype: str) -> str:
+            return emit("broadcast_in_dim", [literal], dtype, {"shape": block, "broadcast_dimensions": [], "sharding": None})
+
+        for node in order:
+            (key, labels), kind = node, kinds[node]
+            step, dtype = self.step(key), self.out.avals[key][1]
             if kind == "scores":
-                names[key] = "scores"
+                names[node] = "scores"
+            elif kind == "view" and step.op == "broadcast_in_dim":
+                operand = names[(step.ins[0], tuple(self.broadcast_operand_labels(step, list(labels))))]
+                names[node] = as_block(operand, dtype) if self.shape(key) else operand
             elif kind == "view":
-                names[key] = names[step.ins[0]]
+                operand = names[(step.ins[0], tuple(_view_input_labels(self.view, step, list(labels))))]
+                names[node] = as_block(operand, dtype) if self.shape(key) else operand
             elif kind == "elementwise":
-                names[key] = emit(step.op, [a if isinstance(a, dict) else names[a] for a in self.eqns[key]["in"]],
-                                  dtype, self.eqns[key].get("params") or {})
+                ins = [a if isinstance(a, dict) else names[(a, tuple(self.operand_labels(step, a, labels)))]
+                       for a in self.eqns[key]["in"]]
+                names[node] = emit(step.op, ins, dtype, self.eqns[key].get("params") or {},
+                                   block if self.shape(key) else [])
             elif kind == "fill":
-                names[key] = emit("broadcast_in_dim", [self.eqns[key]["in"][0]], dtype,
-                                  {"shape": block, "broadcast_dimensions": [], "sharding": None})
+                names[node] = fill(self.eqns[key]["in"][0], dtype)
             elif kind == "iota":
-                label = self.labels[key][step.params["dimension"]]
-                positions = {"q": "query_positions", "k": "key_positions"}.get(label)
-                names[key] = emit("convert_element_type", [positions], dtype,
-                                  {"new_dtype": dtype, "weak_type": False, "sharding": None}) if positions else \
-                    emit("broadcast_in_dim", [{"lit": 0, "dtype": dtype}], dtype,
-                         {"shape": block, "broadcast_dimensions": [], "sharding": None})
+                positions = {"q": "query_positions", "k": "key_positions"}.get(labels[step.params["dimension"]])
+                names[node] = emit("convert_element_type", [positions], dtype,
+                                   {"new_dtype": dtype, "weak_type": False, "sharding": None}) if positions else \
+                    fill({"lit": 0, "dtype": dtype}, dtype)
             else:
-                names[key] = self.extra(key, step, extras)
-                inputs.append(_spec(names[key], block, self.out.avals[key][1]))
+                names[node] = self.extra(key, list(labels), step, extras)
+                inputs.append(_spec(names[node], block, dtype))
         program = {"format": "optu.jaxpr/v1", "inputs": inputs, "consts": [], "eqns": eqns, "outputs": [names[e]]}
         return program, extras
 
-    def extra(self, key: str, step: Step | None, extras: list[str]) -> str:
+    def extra(self, key: str, labels: Labels, step: Step | None, extras: list[str]) -> str:
         """A value the transform reads from outside, made canonical as an extra operand of the kernel:
         a broadcast's operand rather than the broadcast, an iota along a batch axis as one row of it."""
-        labels = self.labels[key]
         if step is not None and step.op == "broadcast_in_dim" and step.ins[0] is not None:
             key, labels = step.ins[0], self.broadcast_operand_labels(step, labels)
         elif step is not None and step.op == "iota":
@@ -360,30 +396,45 @@ class _Realization:
         extras.append(self.out.canonical(key, labels, [self.batch, ["q"], ["k"]], self.sizes, False))
         return f"x{len(extras)}"
 
+def _fused(eqns: list[dict[str, Any]], avals, kernel: Kernel) -> tuple[int, list[dict[str, Any]]]:
+    """The index of a key-blocked kernel's mix and the equations computing it through
+    `flash_attention`; raises CannotRealize."""
+    indices = sorted(set(kernel.eqns))
+    steps = [Step.of(eqns[i]) for i in indices]
+    region = key_region(steps, avals, set(kernel.outputs))
+    if region is None or "query_block" not in kernel.tiling:
+        raise CannotRealize("its attention is not one the kernel program prices as blocked")
+    mix = region.mix_product
+    side = 0 if mix.ins[1] == region.values else 1
+    index = next(i for i in indices if eqns[i]["out"][0]["name"] == mix.out)
+    realization = _Realization(KernelSteps(steps, avals), eqns, dict(avals), f"fa{kernel.id}")
+    return index, realization.equations(mix, side, region.score_product,
+                                        (kernel.tiling["query_block"], kernel.tiling["key_block"]))
+
+
+def unrealizable(program: dict[str, Any], kernel: Kernel) -> str | None:
+    """Why a key-blocked kernel of `program` cannot be returned as one fused kernel; None when it can."""
+    try:
+        _fused(program["eqns"], avals_of(program), kernel)
+    except CannotRealize as reason:
+        return str(reason)
+    return None
+
+
 def realize_attention(program: dict[str, Any], kernels: list[Kernel]) -> tuple[dict[str, Any], list[Kernel], list[str]]:
     """`program` with each key-blocked kernel's attention computed by one `flash_attention`
-    equation, the kernels' equation indices renumbered (a kernel holds the equations added for its
+    equation, its kernels (copies) with their equation indices renumbered (a kernel holds the equations added for its
     attention, none that became dead), and a note per kernel left as ops and why."""
-    eqns, avals = list(program["eqns"]), avals_of(program)
+    eqns, avals = program["eqns"], avals_of(program)
+    kernels = [replace(k, eqns=list(k.eqns), ops=list(k.ops)) for k in kernels]  # the caller's stay as they are
     replaced: dict[int, list[dict[str, Any]]] = {}
     owner: dict[int, Kernel] = {}
     notes = []
     for kernel in kernels:
         if kernel.kind != "key_blocked":
             continue
-        indices = sorted(set(kernel.eqns))
-        steps = [Step.of(eqns[i]) for i in indices]
-        region = key_region(steps, avals, set(kernel.outputs))
-        mix = region and region.mix_product
         try:
-            if mix is None:
-                raise CannotRealize("its attention is not one the kernel program prices as blocked")
-            side = 0 if mix.ins[1] == region.values else 1
-            by_out = {eqns[i]["out"][0]["name"]: eqns[i] for i in indices}
-            index = next(i for i in indices if eqns[i]["out"][0]["name"] == mix.out)
-            realization = _Realization(KernelSteps(steps, avals), by_out, avals, f"fa{kernel.id}")
-            replaced[index] = realization.equations(mix, side, region.score_product,
-                                                    (kernel.tiling["query_block"], kernel.tiling["key_block"]))
+            index, replaced[index] = _fused(eqns, avals, kernel)
             owner[index] = kernel
         except CannotRealize as reason:
             notes.append(f"kernel {kernel.id} (key_blocked) runs as JAX ops, not one Pallas kernel: {reason}")

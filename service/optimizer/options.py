@@ -5,6 +5,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from costmodel.profile import HardwareProfile
+
 # What the optimizer uses where a request leaves a limit unset; a server may set its own defaults
 # and caps (service/http/settings.py) and passes the options it resolved.
 DEFAULT_TIME_LIMIT_S = 10.0
@@ -48,6 +50,13 @@ class OptimizeOptions(BaseModel):
         """Attention kernels may run key-blocked: the online softmax's identity (a real-mode rule,
         it reorders sums) applied block by block, so only where that rule may run."""
         return self.rules and self.fp_mode == "real" and "softmax-dot-of-concat" not in self.exclude_rules
+
+    def attention_kernels(self, profile: HardwareProfile) -> bool:
+        """Whether an attention may be one kernel of its two products, run key-blocked: where the
+        profile's kernels hold two GEMMs, or where it is returned as one Pallas kernel that runs
+        compiled there (a profile whose kernels hold one never prices a kernel XLA would split)."""
+        return self.key_blocking and (profile.kernel.max_gemms >= 2 or
+                                      self.lowering == "pallas" and profile.kernel.pallas_compiled)
 
     @classmethod
     def coerce(cls, options: OptimizeOptions | dict | None) -> OptimizeOptions:

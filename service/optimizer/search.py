@@ -22,7 +22,8 @@ from costmodel.profile import HardwareProfile
 from costmodel.warm_start import seeded_extraction
 from lowering.attention_kernels import with_attention_kernels
 from lowering.emit import ExtractionCycle, emit_program, without_unused_consts
-from lowering.kernels import POLICIES, build_kernel_program, static_names
+from lowering.kernels import POLICIES, Kernel, build_kernel_program, static_names
+from lowering.pallas_attention import unrealizable
 from rewrites.chain_order import orders_every_matmul, seed_chain_orders
 from rewrites.ingest import LoadedProgram, ingest
 from rewrites.kernel_seeds import KernelSeed, seed_kernels
@@ -150,12 +151,8 @@ def _search(program: dict[str, Any], profile: HardwareProfile, options: Optimize
             for policy in POLICIES:
                 kernels = build_kernel_program(candidate, profile, policy).kernels
                 seeds.append((tag, seed_kernels(fused, [(k.eqns, set(k.outputs)) for k in kernels], tag)))
-            # the last policy's kernels with each attention whole, to run key-blocked: two GEMMs in
-            # one kernel, so only where the profile's kernels may hold two
-            regrouped = options.key_blocking and profile.kernel.max_gemms >= 2 and \
-                with_attention_kernels(candidate, [k.eqns for k in kernels])
-            if regrouped:
-                kernels = build_kernel_program(candidate, profile, groups=regrouped).kernels
+            kernels = _attention_kernels(candidate, kernels, profile, options)
+            if kernels:
                 seeds.append((tag, seed_kernels(fused, [(k.eqns, set(k.outputs)) for k in kernels], tag)))
     with stage(timings, "extract_kernels"):
         kernel_view = view_egraph(fused.egraph)
@@ -177,6 +174,25 @@ def _search(program: dict[str, Any], profile: HardwareProfile, options: Optimize
         except ExtractionCycle as err:
             result.cycle = str(err)
     return result
+
+
+def _attention_kernels(candidate: dict[str, Any], kernels: list[Kernel], profile: HardwareProfile,
+                       options: OptimizeOptions) -> list[Kernel] | None:
+    """A policy's kernels with each attention whole, to run key-blocked (two GEMMs in one kernel):
+    where the profile's kernels may hold two, or where each such kernel is returned as one fused
+    Pallas kernel (`lowering: "pallas"`), which must then run key-blocked and be one the fused
+    kernel expresses: a profile whose kernels hold one GEMM never prices a kernel XLA would split."""
+    if not options.attention_kernels(profile):
+        return None
+    regrouped = with_attention_kernels(candidate, [k.eqns for k in kernels])
+    if not regrouped:
+        return None
+    kernels = build_kernel_program(candidate, profile, groups=regrouped, key_blocking=True).kernels
+    if profile.kernel.max_gemms < 2:
+        beyond = [k for k in kernels if k.ops.count("dot_general") > profile.kernel.max_gemms]
+        if any(k.kind != "key_blocked" or unrealizable(candidate, k) for k in beyond):
+            return None
+    return kernels
 
 
 def _extract(view: EGraphView, cost, options: OptimizeOptions, time_limit_s: float,

@@ -275,3 +275,19 @@ def test_hf_models_benchmark_writes_every_path_and_the_mutants_verdicts(tmp_path
     assert row["optimize"]["torch_validation"] in ("passed", "identical")
     mutation = row["mutation_vs_torch"]
     assert mutation["mutants"] == 3 and not mutation["wrongly_passed"]
+
+
+def test_gpu_attention_script_prepares_fused_programs_that_run_where_they_are_timed(tmp_path):
+    """`prepare` writes the original and the returned program (one fused kernel); `time` runs them
+    (here in interpret mode, allowed for the test only) and reports how far apart they are."""
+    from bench import attention_gpu
+
+    attention_gpu.prepare([2048], tmp_path)
+    rows = attention_gpu.time_programs(0.0, tmp_path, None, require_gpu=False)
+    assert [(r["n"], r["dtype"]) for r in rows] == [(2048, "bfloat16"), (2048, "float32")]
+    for row in rows:
+        assert row["fused_kernels"] == 1 and row["estimated_speedup"] > 1.0
+        assert row["max_abs_diff"] < (2e-2 if row["dtype"] == "bfloat16" else 1e-5)
+        assert row["original_s"] > 0 and row["returned_s"] > 0 and row["library_s"] > 0
+    with pytest.raises(SystemExit):  # off a GPU the timing step refuses
+        attention_gpu.time_programs(0.0, tmp_path, None)

@@ -151,3 +151,77 @@ def test_a_fused_kernel_with_a_wrong_score_transform_fails_validation():
     scale = next(a for e in transform["eqns"] for a in e["in"] if isinstance(a, dict) and a.get("lit") == 30.0)
     scale["lit"] = 31.0  # the softcap's outer scale, off by one
     assert validate(program, returned, "real")["status"] == "failed"
+
+
+@pytest.mark.parametrize("n", [8192, 32768])
+def test_gpu_roofline_prices_the_fused_kernel_only_where_pallas_returns_it(n):
+    """A profile whose kernels hold one GEMM (XLA, cuBLAS) never forms the two-product kernel for
+    a program returned as ops; with `pallas` it does, as one fused kernel of blocks that fit one
+    SM's shared memory, within the bound (the H200 measured 1.99x at N = 8192, 2.72x at 32768)."""
+    spec = _spec(1, 12, n, 64)
+    program = capture(causal, spec, spec, spec)
+    xla = optimize(program, "gpu-roofline", {"validate": False})
+    pallas = optimize(program, "gpu-roofline", {"validate": False, "lowering": "pallas"})
+    assert not any(k["kind"] == "key_blocked" for k in xla["kernels"]) and not _fused(xla)
+    assert xla["estimate"]["speedup_vs_baseline"] < 1.3
+    [blocked] = [k for k in pallas["kernels"] if k["kind"] == "key_blocked"]
+    assert len(_fused(pallas)) == 1
+    bq, bk = blocked["tiling"]["query_block"], blocked["tiling"]["key_block"]
+    assert 4 * (bq * (64 + 2 * 64 + 2) + bk * 2 * 64 + 2 * bq * bk) <= load_profile("gpu-roofline").memory.block_bytes
+    estimate = pallas["estimate"]
+    assert estimate["speedup_vs_baseline"] >= 2.5
+    assert estimate["lower_bound"]["time_s"] <= estimate["optimized"]["time_s"] <= 1.3 * estimate["lower_bound"]["time_s"]
+
+
+def test_gpu_roofline_short_attention_stays_as_xla_runs_it():
+    """Scores that fit the L2: the plain kernels are cheaper, so nothing fused is claimed or returned."""
+    spec = _spec(1, 12, 512, 64)
+    program = capture(causal, spec, spec, spec)
+    xla = optimize(program, "gpu-roofline", {"validate": False})
+    pallas = optimize(program, "gpu-roofline", {"validate": False, "lowering": "pallas"})
+    assert not _fused(pallas) and not any(k["kind"] == "key_blocked" for k in pallas["kernels"])
+    assert pallas["estimate"]["optimized"] == xla["estimate"]["optimized"]
+
+
+def test_cpu_host_never_claims_a_fused_kernel_pallas_only_interprets_there():
+    """On a CPU a Pallas kernel runs in interpret mode (measured at XLA's speed, not a fused kernel's):
+    `pallas` changes nothing for cpu-host, whose kernels hold one GEMM."""
+    spec = _spec(1, 12, 2048, 64)
+    program = capture(causal, spec, spec, spec)
+    xla = optimize(program, "cpu-host", {"validate": False})
+    pallas = optimize(program, "cpu-host", {"validate": False, "lowering": "pallas"})
+    assert not _fused(pallas) and pallas["estimate"]["optimized"] == xla["estimate"]["optimized"]
+    assert not load_profile("cpu-host").kernel.pallas_compiled and load_profile("gpu-roofline").kernel.pallas_compiled
+
+
+def test_a_fused_kernel_gpu_roofline_cannot_return_is_priced_as_xla_runs_it():
+    """A key-blocked kernel the fused kernel cannot express (rows replaced by a nonzero constant),
+    on a profile whose kernels hold one GEMM: the program is priced as its conventional kernels."""
+    from lowering.attention_kernels import with_attention_kernels
+    from lowering.kernels import POLICIES, baseline_kernels, build_kernel_program
+    from service.optimizer.pipeline import with_pallas_kernels
+
+    def filled(q, k, v):
+        rows = jnp.arange(q.shape[2])[:, None] % 5 == 0
+        return jnp.where(rows, 0.5, jax.nn.softmax(_scores(q, k), -1)) @ v
+
+    spec = _spec(1, 12, 8192, 64)
+    program, gpu = capture(filled, spec, spec, spec), load_profile("gpu-roofline")
+    groups = with_attention_kernels(program, [k.eqns for k in build_kernel_program(program, gpu, POLICIES[-1]).kernels])
+    blocked = build_kernel_program(program, gpu, groups=groups, key_blocking=True)
+    assert "key_blocked" in [k.kind for k in blocked.kernels]
+    notes = []
+    returned, kernels = with_pallas_kernels(program, blocked, program, baseline_kernels(program, gpu), gpu, notes)
+    assert returned is program and "key_blocked" not in [k.kind for k in kernels.kernels]
+    assert kernels.total.time_s >= baseline_kernels(program, gpu).total.time_s * (1 - 1e-9)
+    assert any("priced as XLA runs it" in note for note in notes)
+
+
+def test_bfloat16_attention_whose_softmax_sums_in_float32_returns_as_one_fused_kernel():
+    """jax.nn.softmax of bfloat16 scores casts to float32 for its sum and back: still a softmax."""
+    spec = jax.ShapeDtypeStruct((1, HEADS, 300, DEPTH), jnp.bfloat16)
+    program = capture(causal, spec, spec, spec)
+    assert "convert_element_type" in [e["op"] for e in program["eqns"]]
+    response = _pallas(program)
+    assert len(_fused(response)) == 1
+    assert response["validation"]["status"] == "passed"
