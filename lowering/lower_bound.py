@@ -17,6 +17,7 @@ from typing import Any
 
 from costmodel.formulas import Estimate, memory_time
 from costmodel.kernel_cost import VIEW_OPS, ResourceTimes
+from costmodel.key_blocking import Step, attention_groups
 from costmodel.op_cost import Aval, OpCost, nbytes, program_cost
 from costmodel.profile import HardwareProfile
 from lowering.kernels import avals_of, eqn_cost, static_names
@@ -43,12 +44,13 @@ class Floors:
 
 
 def lower_bound(programs: list[dict[str, Any]], profile: HardwareProfile,
-                egraph: ResourceTimes | None = None) -> Estimate:
+                egraph: ResourceTimes | None = None, attention_kernels: bool = False) -> Estimate:
     """The floor of every program in `programs` (equivalent ones): per resource the least any of
     them needs, combined as a kernel combines them; with `egraph` (per resource the least any
     program of the search's e-graph needs) the lower of that and the e-graph's combined floor, so
-    it holds for those programs too. `bound` names the resource that binds."""
-    floors = [program_floors(p, profile) for p in programs]
+    it holds for those programs too. `bound` names the resource that binds. `attention_kernels`:
+    an attention's two products may share a kernel whatever the profile's `max_gemms`."""
+    floors = [program_floors(p, profile, attention_kernels) for p in programs]
     compute = min(floors, key=lambda f: f.compute_total_s)
     memory = min(floors, key=lambda f: f.memory_s)
     compute_kind = max(compute.compute_s.items(), key=lambda item: item[1], default=("vector", 0.0))[0]
@@ -65,9 +67,10 @@ def _combined(times: ResourceTimes, compute_kind: str) -> tuple[float, str]:
     return slowest + times.launch_s, "memory" if times.memory_s > times.compute_s else compute_kind
 
 
-def program_floors(program: dict[str, Any], profile: HardwareProfile) -> Floors:
+def program_floors(program: dict[str, Any], profile: HardwareProfile, attention_kernels: bool = False) -> Floors:
     avals, static = avals_of(program), static_names(program, profile.kernel.precompute_weights)
     eqns = program["eqns"]
+    pairs = len(attention_groups([Step.of(e) for e in eqns], avals)) if attention_kernels else 0
     producer = {o["name"]: i for i, e in enumerate(eqns) for o in e["out"]}
     per_call = [i for i in live_equations(eqns, program["outputs"])
                 if not all(o["name"] in static for o in eqns[i]["out"])]
@@ -96,7 +99,8 @@ def program_floors(program: dict[str, Any], profile: HardwareProfile) -> Floors:
     # sum over buffers) and concave otherwise (at least the time of all bytes at once): either holds.
     memory_s = min(sum(memory_time(profile, b) for b in whole) + partial / fastest,
                    memory_time(profile, sum(whole) + partial))
-    return Floors(dict(compute), memory_s, _launches(profile, kinds, bool(returned)), sum(whole) + partial, flops)
+    return Floors(dict(compute), memory_s, _launches(profile, kinds, bool(returned), pairs), sum(whole) + partial,
+                  flops)
 
 
 def _op_floor(profile: HardwareProfile, eqn: dict[str, Any], avals: dict[str, Aval]) -> OpCost:
@@ -107,10 +111,14 @@ def _op_floor(profile: HardwareProfile, eqn: dict[str, Any], avals: dict[str, Av
     return eqn_cost(profile, eqn, avals)
 
 
-def _launches(profile: HardwareProfile, kinds: dict[str, int], writes: bool) -> float:
+def _launches(profile: HardwareProfile, kinds: dict[str, int], writes: bool, pairs: int = 0) -> float:
     """The fewest kernels: an op the model runs on the host (a loop, an unknown op) is a kernel of
-    its own, a kernel runs at most `max_gemms` GEMMs, and vector work or a copy needs one at least."""
-    kernels = kinds["host"] + math.ceil(kinds["gemm"] / profile.kernel.max_gemms)
+    its own, a kernel runs at most `max_gemms` GEMMs (or an attention's two: `pairs` of them), and
+    vector work or a copy needs one at least."""
+    gemms = kinds["gemm"]
+    if profile.kernel.max_gemms < 2:
+        gemms -= min(pairs, gemms // 2)
+    kernels = kinds["host"] + math.ceil(gemms / profile.kernel.max_gemms)
     if not kernels and (writes or kinds["vector"]):
         kernels = 1
     return kernels * profile.kernel.launch_overhead_s

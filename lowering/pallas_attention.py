@@ -12,118 +12,16 @@ shape this cannot name stays as the ops it was (the reason is returned as a note
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from costmodel.key_blocking import KernelSteps, Step, key_region
+from lowering.attention_layout import (CannotRealize, Emitter, Labels, dot_labels, dot_out_labels, spec,
+                                       view_input_labels)
 from lowering.kernels import Kernel, avals_of
 from wire.primitives import PRIMITIVES, live_equations
 
-Labels = list[str | None]  # per axis: b<i> (batch), q, k, c<i> (contracted), w<i> (output width); None: a unit axis
 Node = tuple[str, tuple[str | None, ...]]  # a value of the score transform in one layout
-
-
-class CannotRealize(Exception):
-    """The attention's shape is one the canonical kernel does not name."""
-
-
-def _spec(name: str, shape: list[int], dtype: str) -> dict[str, Any]:
-    return {"name": name, "shape": list(shape), "dtype": dtype}
-
-
-@dataclass
-class _Emitter:
-    """Equations built around the fused kernel, with fresh names."""
-
-    prefix: str
-    avals: dict[str, tuple[tuple[int, ...], str]]
-    eqns: list[dict[str, Any]] = field(default_factory=list)
-    reshaped: dict[str, str] = field(default_factory=dict)  # a reshape's result -> its operand
-
-    def emit(self, op: str, ins: list[Any], shape: list[int], dtype: str, params: dict[str, Any],
-             name: str | None = None) -> str:
-        name = name or f"{self.prefix}_{len(self.eqns)}"
-        self.eqns.append({"op": op, "in": ins, "out": [_spec(name, shape, dtype)], "params": params})
-        self.avals[name] = (tuple(shape), dtype)
-        return name
-
-    def canonical(self, name: str, labels: Labels, groups: list[list[str]], sizes: dict[str, int],
-                  broadcast: bool) -> str:
-        """`name` (its axes named by `labels`) as one axis per group of names, in order; a name it
-        lacks is broadcast to its size where `broadcast` (else where the group has another)."""
-        shape, dtype = self.avals[name]
-        if any(label is None and size != 1 for label, size in zip(labels, shape)):
-            raise CannotRealize(f"{name}: an axis of size > 1 the attention does not name")
-        order = [label for group in groups for label in group]
-        if any(label is not None and label not in order for label in labels) or \
-                len({label for label in labels if label}) != sum(label is not None for label in labels):
-            raise CannotRealize(f"{name}: axes {labels} are not the attention's")
-        present = [label for label in labels if label is not None]
-        if len(present) != len(labels):
-            shape = tuple(s for label, s in zip(labels, shape) if label is not None)
-            name = self.reshape(name, list(shape))
-        sorted_present = sorted(present, key=order.index)
-        if sorted_present != present:
-            permutation = [present.index(label) for label in sorted_present]
-            shape = tuple(shape[p] for p in permutation)
-            name = self.emit("transpose", [name], list(shape), dtype, {"permutation": permutation})
-        kept = [label for group in groups for label in group
-                if label in present or broadcast or any(other in present for other in group)]
-        if any(sizes[label] != 1 for label in kept if label not in present):  # unit axes: the reshape adds them
-            shape = tuple(sizes[label] for label in kept)
-            name = self.emit("broadcast_in_dim", [name], list(shape), dtype,
-                             {"shape": list(shape), "broadcast_dimensions": [kept.index(l) for l in sorted_present],
-                              "sharding": None})
-        merged = [math.prod(sizes[label] for label in group if label in kept) for group in groups]
-        return self.reshape(name, merged) if list(shape) != merged else name
-
-    def reshape(self, name: str, shape: list[int], out: str | None = None) -> str:
-        name = self.reshaped.get(name, name)  # a reshape of a reshape: one (the first is left dead)
-        result = self.emit("reshape", [name], shape, self.avals[name][1],
-                           {"new_sizes": shape, "dimensions": None, "sharding": None}, out)
-        self.reshaped[result] = name
-        return result
-
-
-def _view_input_labels(view: KernelSteps, step: Step, labels: Labels) -> Labels:
-    """The names of a row-keeping view's operand's axes, from its result's."""
-    if step.op == "transpose":
-        named: Labels = [None] * len(labels)
-        for out_axis, in_axis in enumerate(step.params["permutation"]):
-            named[in_axis] = labels[out_axis]
-        return named
-    # a view adding or dropping unit axes: the others map in order
-    outer = iter(label for label, size in zip(labels, view.shape(step.out)) if size != 1)
-    return [next(outer) if size != 1 else None for size in view.shape(step.ins[0])]
-
-
-def _dot_labels(step: Step, ranks: tuple[int, int], side: int, out_labels: Labels) -> Labels:
-    """The names of one operand's axes of a dot_general whose result's axes are `out_labels`:
-    batch and free axes from the result, the contracted ones c<i> by their pair's index."""
-    (lc, rc), (lb, rb) = step.params["dimension_numbers"]
-    contracting, batch = [list(lc), list(rc)], [list(lb), list(rb)]
-    free_count = [ranks[s] - len(contracting[s]) - len(batch[s]) for s in (0, 1)]
-    named: Labels = [None] * ranks[side]
-    for j, axis in enumerate(batch[side]):
-        named[axis] = out_labels[j]
-    for i, axis in enumerate(contracting[side]):
-        named[axis] = f"c{i}"
-    free = [axis for axis in range(ranks[side]) if axis not in contracting[side] + batch[side]]
-    offset = len(batch[side]) + (free_count[0] if side == 1 else 0)
-    for i, axis in enumerate(free):
-        named[axis] = out_labels[offset + i]
-    return named
-
-
-def _dot_out_labels(step: Step, ranks: tuple[int, int], operand_labels: tuple[Labels, Labels]) -> Labels:
-    """The names of a dot_general's result axes from its operands' (batch, lhs free, rhs free)."""
-    (lc, rc), (lb, rb) = step.params["dimension_numbers"]
-    contracting, batch = [list(lc), list(rc)], [list(lb), list(rb)]
-    named = [operand_labels[0][axis] for axis in batch[0]]
-    for side in (0, 1):
-        named += [operand_labels[side][axis] for axis in range(ranks[side])
-                  if axis not in contracting[side] + batch[side]]
-    return named
 
 
 def _elementwise(op: str) -> bool:
@@ -143,7 +41,7 @@ class _Realization:
         self.index = {name: i for i, name in enumerate(self.eqns)}
         self.outside: dict[str, Step] = {}  # a value made outside the kernel from positions alone
         self._positional: dict[str, bool] = {}
-        self.out = _Emitter(prefix, avals)
+        self.out = Emitter(prefix, avals)
         self.labels: dict[str, Labels] = {}
         self.sizes: dict[str, int] = {}
         self.batch: list[str] = []
@@ -160,7 +58,7 @@ class _Realization:
     def through_views(self, key: str) -> str:
         step = self.view.producer.get(key)
         while step is not None and self.view.keeps_rows(step):
-            self.name(step.ins[0], _view_input_labels(self.view, step, self.labels[key]))
+            self.name(step.ins[0], view_input_labels(self.view, step, self.labels[key]))
             key = step.ins[0]
             step = self.view.producer.get(key)
         return key
@@ -179,7 +77,7 @@ class _Realization:
         self.score = score.out
         transform, extras = self.transform(e, score, bq, bk)
         ranks = (len(self.shape(score.ins[0])), len(self.shape(score.ins[1])))
-        lhs, rhs = (_dot_labels(score, ranks, s, self.labels[score.out]) for s in (0, 1))
+        lhs, rhs = (dot_labels(score, ranks, s, self.labels[score.out]) for s in (0, 1))
         if "k" not in rhs or "k" in lhs or "q" in rhs:
             raise CannotRealize("the keys are not the score product's right operand's")
         depth = [label for label in lhs if label and label.startswith("c")]
@@ -243,7 +141,7 @@ class _Realization:
             self.sizes[label] = self.shape(v)[axis]
         self.name(v, v_labels)
         operands = (p_labels, v_labels) if side == 0 else (v_labels, p_labels)
-        return v, width, _dot_out_labels(mix, (ranks[0], ranks[1]), operands)
+        return v, width, dot_out_labels(mix, (ranks[0], ranks[1]), operands)
 
     def restore(self, result: str, canonical: list[str], labels: Labels, out: str) -> None:
         """The fused kernel's [batch, queries, width] result as the mix's result, named as it."""
@@ -286,7 +184,7 @@ class _Realization:
                     todo.append((step.ins[0], tuple(self.broadcast_operand_labels(step, list(labels)))))
             elif step.op == "transpose" or self.view.unit_view(step):
                 kinds[node] = "view"
-                todo.append((step.ins[0], tuple(_view_input_labels(self.view, step, list(labels)))))
+                todo.append((step.ins[0], tuple(view_input_labels(self.view, step, list(labels)))))
             elif _elementwise(step.op):
                 kinds[node] = "elementwise"
                 todo += [(k, tuple(self.operand_labels(step, k, labels))) for k in step.ins if k is not None]
@@ -336,13 +234,13 @@ class _Realization:
         block = [bq, bk]
         order = sorted(kinds, key=lambda node: self.index[node[0]] if self.step(node[0]) else -1)
         names: dict[Node, str] = {}
-        inputs = [_spec("scores", block, self.out.avals[score.out][1]), _spec("query_positions", block, "int32"),
-                  _spec("key_positions", block, "int32")]
+        inputs = [spec("scores", block, self.out.avals[score.out][1]), spec("query_positions", block, "int32"),
+                  spec("key_positions", block, "int32")]
         eqns, extras = [], []
         scalar: dict[str, bool] = {}
 
         def emit(op: str, ins: list[Any], dtype: str, params: dict[str, Any], shape: list[int] = block) -> str:
-            eqns.append({"op": op, "in": ins, "out": [_spec(f"e{len(eqns)}", shape, dtype)], "params": params})
+            eqns.append({"op": op, "in": ins, "out": [spec(f"e{len(eqns)}", shape, dtype)], "params": params})
             scalar[eqns[-1]["out"][0]["name"]] = not shape
             return eqns[-1]["out"][0]["name"]
 
@@ -363,7 +261,7 @@ class _Realization:
                 operand = names[(step.ins[0], tuple(self.broadcast_operand_labels(step, list(labels))))]
                 names[node] = as_block(operand, dtype) if self.shape(key) else operand
             elif kind == "view":
-                operand = names[(step.ins[0], tuple(_view_input_labels(self.view, step, list(labels))))]
+                operand = names[(step.ins[0], tuple(view_input_labels(self.view, step, list(labels))))]
                 names[node] = as_block(operand, dtype) if self.shape(key) else operand
             elif kind == "elementwise":
                 ins = [a if isinstance(a, dict) else names[(a, tuple(self.operand_labels(step, a, labels)))]
@@ -379,7 +277,7 @@ class _Realization:
                     fill({"lit": 0, "dtype": dtype}, dtype)
             else:
                 names[node] = self.extra(key, list(labels), step, extras)
-                inputs.append(_spec(names[node], block, dtype))
+                inputs.append(spec(names[node], block, dtype))
         program = {"format": "optu.jaxpr/v1", "inputs": inputs, "consts": [], "eqns": eqns, "outputs": [names[e]]}
         return program, extras
 

@@ -118,7 +118,7 @@ def _optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | 
     start = time.perf_counter()
     response = _response(identity, profile, candidate, lowered, baseline,
                          _estimates(profile, naive, baseline, lowered, [program, written, searched], found.floor,
-                                    _bound_profile(profile, options)),
+                                    options.attention_kernels(profile)),
                          validation, _report(found, fusion_report, timings, background, notes, control_flow, program,
                                              candidate), provenance)
     response["report"]["timings_s"]["respond"] = round(time.perf_counter() - start, 6)
@@ -283,18 +283,10 @@ def _ratio(reference: KernelProgram, optimized: KernelProgram) -> float:
     return reference.total.time_s / optimized.total.time_s if optimized.total.time_s else 1.0
 
 
-def _bound_profile(profile: HardwareProfile, options: OptimizeOptions) -> HardwareProfile:
-    """The profile the lower bound assumes: where attention may return as one fused Pallas kernel
-    (two GEMMs) on a profile whose kernels hold one, kernels of two GEMMs."""
-    if options.attention_kernels(profile) and profile.kernel.max_gemms < 2:
-        return profile.model_copy(update={"kernel": profile.kernel.model_copy(update={"max_gemms": 2})})
-    return profile
-
-
 def _estimates(profile: HardwareProfile, naive: KernelProgram, baseline: KernelProgram,
                optimized: KernelProgram, programs: list[dict], egraph: EGraphFloor | None = None,
-               bound_profile: HardwareProfile | None = None) -> dict[str, Any]:
-    floor = lower_bound(programs, bound_profile or profile, egraph.times if egraph else None)
+               attention_kernels: bool = False) -> dict[str, Any]:
+    floor = lower_bound(programs, profile, egraph.times if egraph else None, attention_kernels)
     proof = {r: "exact" if r in egraph.exact else "heaviest_path" for r in FLOOR_RESOURCES} if egraph else None
     return {
         "hardware": profile.name,

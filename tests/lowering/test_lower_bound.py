@@ -95,3 +95,22 @@ def test_the_bound_over_several_programs_is_at_or_below_each():
     bound = lower_bound([twice, once], hardware).time_s
     assert bound <= min(_cheapest(twice, hardware), _cheapest(once, hardware))
     assert bound <= lower_bound([twice], hardware).time_s
+
+
+def test_where_attention_may_be_one_fused_kernel_the_launch_floor_lets_its_two_products_share_one():
+    """gpu-roofline's kernels hold one GEMM; with attention returned as one Pallas kernel, each
+    attention's score product and mix may share a kernel: one launch fewer per attention, no more."""
+    import jax
+
+    def two_attentions(q, k, v):
+        once = jax.nn.softmax(q @ k.swapaxes(-1, -2), -1) @ v
+        return jax.nn.softmax(once @ k.swapaxes(-1, -2), -1) @ v
+
+    spec = jax.ShapeDtypeStruct((2, 64, 16), jnp.float32)
+    program, gpu = capture(two_attentions, spec, spec, spec), load_profile("gpu-roofline")
+    apart, paired = (lower_bound([program], gpu, attention_kernels=fused) for fused in (False, True))
+    launch = gpu.kernel.launch_overhead_s
+    assert apart.bound == paired.bound == "launch"
+    assert apart.time_s - paired.time_s == pytest.approx(2 * launch, rel=1e-6)
+    optu = load_profile("optu-v1")  # its kernels hold GEMM chains already: nothing changes
+    assert lower_bound([program], optu, attention_kernels=True).time_s == lower_bound([program], optu).time_s
