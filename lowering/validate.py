@@ -44,7 +44,8 @@ from lowering.observability import change_shows
 from lowering.region_check import CheckMemory, region_validate
 from lowering.validation_inputs import TRIALS, Draw, InputDraws, nudged, nudges, random_inputs
 from lowering.widen import CannotWiden, Widened, check_jit, float64_callable, widen
-from wire.execute import jitted_program
+from wire.execute import jitted_program, typecheck
+from wire.format import WireError
 
 MAX_REGION_SHARE = 0.6  # beyond this share of the optimized program in regions, checking them costs as much as the whole
 
@@ -121,6 +122,10 @@ def validate_whole(original: dict[str, Any], optimized: dict[str, Any], fp_mode:
     try:
         reference, candidate = float64_callable(original), float64_callable(optimized)
     except (TypeError, ValueError) as err:
+        try:  # a program that does not type in its own types is wrong, not merely unwidenable
+            typecheck(optimized)
+        except WireError as own:
+            return Verdict("float64", dtypes).result("failed", f"the optimized program does not type-check: {own}")
         return Verdict("float64", dtypes).result("inconclusive", f"the programs cannot be evaluated in float64: {err}")
     draws = draws or InputDraws()
     runs = checked_runs(lambda *args: (reference(*args), args), lambda args: candidate(*args))

@@ -225,3 +225,11 @@ def test_bfloat16_attention_whose_softmax_sums_in_float32_returns_as_one_fused_k
     response = _pallas(program)
     assert len(_fused(response)) == 1
     assert response["validation"]["status"] == "passed"
+
+
+def test_a_fused_kernel_that_does_not_type_check_fails_validation():
+    program = capture(alibi_softcapped, *[_spec(1, HEADS, 300, DEPTH)] * 3)
+    returned = copy.deepcopy(_pallas(program)["program"])
+    _fused({"program": returned})[0]["params"]["score_transform"]["program"]["eqns"][0]["out"][0]["shape"] = []
+    verdict = validate(program, returned, "real")
+    assert verdict["status"] == "failed" and "does not type-check" in verdict["reason"]
