@@ -83,16 +83,60 @@ class _Realization:
         depth = [label for label in lhs if label and label.startswith("c")]
         self.sizes.update((label, self.shape(score.ins[0])[lhs.index(label)]) for label in depth)
         q = self.out.canonical(score.ins[0], lhs, [batch, ["q"], depth], self.sizes, True)
-        k = self.out.canonical(score.ins[1], rhs, [batch, ["k"], depth], self.sizes, True)
+        k, key_group = self.shared(score.ins[1], rhs, [batch, ["k"], depth])
         v, width, out_labels = self.values(mix, side)
-        v = self.out.canonical(v, self.labels[v], [batch, ["k"], width], self.sizes, True)
+        v, value_group = self.shared(v, self.labels[v], [batch, ["k"], width])
         dtype = self.out.avals[mix.out][1]
         params = {"score_transform": {"program": transform}, "query_block": bq, "key_block": bk,
+                  "key_group": key_group, "value_group": value_group,
                   "zero_rows": keep is not None, "out_dtype": dtype}
         canonical = [math.prod(self.sizes[b] for b in batch), self.sizes["q"], math.prod(self.sizes[w] for w in width)]
         result = self.out.emit("flash_attention", [q, k, v, *extras, *([keep] if keep else [])], canonical, dtype, params)
         self.restore(result, [*batch, "q", *width], out_labels, mix.out)
         return self.out.eqns
+
+    def shared(self, key: str, labels: Labels, groups: list[list[str]]) -> tuple[str, int]:
+        """K or V canonical, and how many consecutive batch rows of the queries share each of its
+        rows: a value repeated along the last batch axis (jnp.repeat of GQA's K/V heads, a
+        broadcast adding a group axis after it, merged by a reshape) is read unrepeated."""
+        while True:
+            repeat = self.repeated(key, labels)
+            if repeat is not None:
+                source, source_labels, group = repeat
+                last = self.batch[-1]
+                sizes = {**self.sizes, last: self.sizes[last] // group}
+                return self.out.canonical(source, source_labels, groups, sizes, True), group
+            eqn = self.eqns.get(key)
+            step = Step.of(eqn) if eqn is not None and len(eqn["out"]) == 1 else None
+            if step is None or not (step.op == "transpose" or self.view.unit_view(step)):
+                return self.out.canonical(key, labels, groups, self.sizes, True), 1
+            key, labels = step.ins[0], view_input_labels(self.view, step, labels)
+
+    def repeated(self, key: str, labels: Labels) -> tuple[str, Labels, int] | None:
+        """(the value, its axes' names, the repeat count) where `key` repeats each row of a value
+        along the last batch axis consecutively; None otherwise."""
+        reshape = self.eqns.get(key)
+        if not self.batch or reshape is None or reshape["op"] != "reshape" or not isinstance(reshape["in"][0], str):
+            return None
+        broadcast = self.eqns.get(reshape["in"][0])
+        if broadcast is None or broadcast["op"] != "broadcast_in_dim" or not isinstance(broadcast["in"][0], str):
+            return None
+        source, wide, merged = broadcast["in"][0], self.shape(broadcast["out"][0]["name"]), self.shape(key)
+        mapped = list(broadcast["params"]["broadcast_dimensions"])
+        added = [axis for axis in range(len(wide)) if axis not in mapped]
+        if len(added) != 1 or added[0] == 0 or [wide[d] for d in mapped] != list(self.shape(source)):
+            return None
+        axis, group = added[0] - 1, wide[added[0]]  # the repeated axis, and its repeats right after it
+        joined = [*wide[:axis], wide[axis] * group, *wide[axis + 2:]]
+        if [d for d in joined if d != 1] != [d for d in merged if d != 1]:
+            return None  # the reshape does more than merge the repeats (and add or drop unit axes)
+        outer = iter(label for label, size in zip(labels, merged) if size != 1)
+        joined_labels = [next(outer) if size != 1 else None for size in joined]
+        if joined_labels[axis] != self.batch[-1]:
+            return None
+        source_shape = self.shape(source)
+        return source, [joined_labels[d if d <= axis else d - 1] if size != 1 else None
+                        for d, size in zip(mapped, source_shape)], group
 
     def row_where(self, key: str) -> tuple[str | None, str]:
         """A where replacing whole rows of the probabilities by zero: the mask of the rows kept

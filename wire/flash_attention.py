@@ -2,7 +2,7 @@
 kernel computing softmax(E(Q K^T)) @ V over blocks of keys with a running row max, sum and
 output (the online softmax), so no score-sized value leaves the kernel.
 
-Operands are canonical: q [B, Nq, D], k [B, Nk, D], v [B, Nk, W], then the score transform's
+Operands are canonical: q [B, Nq, D], k [B / key_group, Nk, D], v [B / value_group, Nk, W], then the score transform's
 extra operands, each [B or 1, Nq or 1, Nk or 1] (a bias, a padding mask's row, a scalar), then,
 with `zero_rows`, a [B or 1, Nq, 1] boolean that keeps a row's output where true and zeroes it
 elsewhere (torch's rows whose keys are all masked). E is a nested program from one block of
@@ -36,9 +36,11 @@ def _padded(x: jax.Array, axis: int, multiple: int) -> jax.Array:
 
 
 def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, *extras: jax.Array, score_transform: Any,
-                    query_block: int, key_block: int, zero_rows: bool, scores_dtype: Any, out_dtype: Any) -> jax.Array:
+                    query_block: int, key_block: int, zero_rows: bool, scores_dtype: Any, out_dtype: Any,
+                    key_group: int = 1, value_group: int = 1) -> jax.Array:
     """softmax(E(q k^T)) @ v per batch, E = `score_transform` (a closed jaxpr) of each score block
-    and the extras' blocks; see the module docstring for the operands."""
+    and the extras' blocks; see the module docstring for the operands. Batch row b reads row
+    b // key_group of k and b // value_group of v (GQA's shared K/V heads, never repeated)."""
     batch, queries, depth = q.shape
     keys, width = k.shape[1], v.shape[2]
     bq, bk = min(query_block, queries), min(key_block, keys)
@@ -97,8 +99,8 @@ def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, *extras: jax.Array
         out_shape=jax.ShapeDtypeStruct((batch, q.shape[1], width), out_dtype),
         grid=(batch, q.shape[1] // bq),
         in_specs=[pl.BlockSpec((pl.squeezed, bq, depth), lambda b, i: (b, i, 0)),
-                  pl.BlockSpec((pl.squeezed, k.shape[1], depth), lambda b, i: (b, 0, 0)),
-                  pl.BlockSpec((pl.squeezed, v.shape[1], width), lambda b, i: (b, 0, 0)),
+                  pl.BlockSpec((pl.squeezed, k.shape[1], depth), lambda b, i: (b // key_group, 0, 0)),
+                  pl.BlockSpec((pl.squeezed, v.shape[1], width), lambda b, i: (b // value_group, 0, 0)),
                   *map(extra_spec, operands)],
         out_specs=pl.BlockSpec((pl.squeezed, bq, width), lambda b, i: (b, i, 0)),
         interpret=jax.default_backend() != "gpu",
@@ -113,11 +115,16 @@ class FlashAttention:
     multiple_results = False
 
     @staticmethod
-    def bind(q, k, v, *extras, score_transform, query_block, key_block, zero_rows=False, out_dtype=None):
-        scores_dtype = score_transform.in_avals[0].dtype
+    def bind(q, k, v, *extras, score_transform, query_block, key_block, zero_rows=False, out_dtype=None,
+             key_group=1, value_group=1):
+        groups = {"key_group": int(key_group), "value_group": int(value_group)}
+        if any(g < 1 or q.shape[0] != k.shape[0] * groups["key_group"] for g in groups.values()) or \
+                q.shape[0] != v.shape[0] * groups["value_group"]:
+            raise ValueError(f"flash_attention: {q.shape[0]} query rows do not share {k.shape[0]} key and "
+                             f"{v.shape[0]} value rows in groups of {key_group} and {value_group}")
         return flash_attention(q, k, v, *extras, score_transform=score_transform, query_block=int(query_block),
-                               key_block=int(key_block), zero_rows=bool(zero_rows), scores_dtype=scores_dtype,
-                               out_dtype=out_dtype or v.dtype)
+                               key_block=int(key_block), zero_rows=bool(zero_rows),
+                               scores_dtype=score_transform.in_avals[0].dtype, out_dtype=out_dtype or v.dtype, **groups)
 
 
 @functools.cache

@@ -233,3 +233,26 @@ def test_a_fused_kernel_that_does_not_type_check_fails_validation():
     _fused({"program": returned})[0]["params"]["score_transform"]["program"]["eqns"][0]["out"][0]["shape"] = []
     verdict = validate(program, returned, "real")
     assert verdict["status"] == "failed" and "does not type-check" in verdict["reason"]
+
+
+def _shared_heads(repeat):
+    def fn(q, k, v):
+        group = q.shape[1] // k.shape[1]
+        return jax.nn.softmax(_scores(q, repeat(k, group)), -1) @ repeat(v, group)
+    return fn
+
+
+@pytest.mark.parametrize("kv_heads,repeat,group", [
+    (2, lambda x, g: jnp.repeat(x, g, 1), 2), (1, lambda x, g: jnp.repeat(x, g, 1), 4),
+    (2, lambda x, g: jnp.tile(x, (1, g, 1, 1)), 1),
+], ids=["gqa-repeat", "mqa", "tiled-heads"])
+def test_shared_key_value_heads_are_read_unrepeated_by_the_fused_kernel(kv_heads, repeat, group):
+    """GQA's and MQA's jnp.repeat of K/V heads: the kernel reads each K/V row for its group of query
+    heads (as the estimate prices it) instead of a repeated copy; jnp.tile orders heads the other
+    way round, so its copy stays, and both compute the original."""
+    program = capture(_shared_heads(repeat), _spec(1, 4, 300, DEPTH), *[_spec(1, kv_heads, 300, DEPTH)] * 2)
+    response = _pallas(program)
+    [fused] = _fused(response)
+    assert (fused["params"]["key_group"], fused["params"]["value_group"]) == (group, group)
+    assert response["validation"]["status"] == "passed"
+    _agrees(program, response["program"])

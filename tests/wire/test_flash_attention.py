@@ -81,3 +81,20 @@ def test_a_transform_not_of_the_block_shape_is_a_wire_error():
     program["eqns"][0]["params"]["key_block"] = 8  # the transform's inputs are [16, 16] blocks
     with pytest.raises(WireError):
         typecheck(program)
+
+
+def test_grouped_keys_and_values_serve_consecutive_batch_rows():
+    """key_group / value_group 2: batch rows 2j and 2j+1 read K and V row j (GQA without the repeat)."""
+    program = _program(4, 37, 37, (16, 8))
+    for spec in program["inputs"][1:3]:
+        spec["shape"][0] = 2
+    program["eqns"][0]["params"].update(key_group=2, value_group=2)
+    typecheck(program)
+    rng = np.random.default_rng(2)
+    args = [rng.standard_normal(s["shape"]).astype(np.float32) for s in program["inputs"]]
+    got = np.asarray(jitted_program(program)(*args)[0])
+    q, k, v, bias = args
+    np.testing.assert_allclose(got, _reference(q, np.repeat(k, 2, 0), np.repeat(v, 2, 0), bias), rtol=1e-5, atol=1e-5)
+    program["eqns"][0]["params"]["key_group"] = 3  # 4 query rows cannot share 2 key rows in threes
+    with pytest.raises(WireError):
+        typecheck(program)
