@@ -170,7 +170,8 @@ def _loops(tidied: dict[str, Any], profile: HardwareProfile, options: OptimizeOp
         variants += [hoisted] if count else []
     limit, started = budget(options).time_limit_s, time.perf_counter()
     share = limit / (1 + sum(nested_program_count(v) for v in variants))
-    body_options = options.model_copy(update={"time_limit_s": share})
+    # bodies come back as JAX ops: a loop's pricing reads a fused Pallas kernel in a body as an unknown op
+    body_options = options.model_copy(update={"time_limit_s": share, "lowering": "xla"})
     done = []
     for variant in variants:
         nested, report = optimize_nested(variant, lambda body: optimize(body, profile, body_options, extra_rules))

@@ -256,3 +256,18 @@ def test_shared_key_value_heads_are_read_unrepeated_by_the_fused_kernel(kv_heads
     assert (fused["params"]["key_group"], fused["params"]["value_group"]) == (group, group)
     assert response["validation"]["status"] == "passed"
     _agrees(program, response["program"])
+
+
+def test_attention_in_a_loop_body_comes_back_as_ops_and_validates():
+    """A scan's body is optimized as a program of its own, returned as JAX ops whatever the request's
+    lowering (the loop's pricing would read a fused kernel in it as an unknown op)."""
+    def steps(q, k, v):
+        def body(carry, _):
+            return causal(carry, k, v), None
+        return jax.lax.scan(body, q, None, length=2)[0]
+
+    program = capture(steps, *[_spec(1, HEADS, 300, DEPTH)] * 3)
+    response = _pallas(program)
+    text = str(response["program"])
+    assert "'op': 'scan'" in text and "flash_attention" not in text
+    assert response["validation"]["status"] in ("passed", "identical")
