@@ -45,8 +45,7 @@ def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, *extras: jax.Array
     keys, width = k.shape[1], v.shape[2]
     bq, bk = min(query_block, queries), min(key_block, keys)
     accumulate = jnp.promote_types(jnp.promote_types(q.dtype, v.dtype), jnp.float32)
-    q, keep = _padded(q, 1, bq), None
-    k, v = _padded(k, 1, bk), _padded(v, 1, bk)
+    q, k, v, keep = _padded(q, 1, bq), _padded(k, 1, bk), _padded(v, 1, bk), None
     extras = [_padded(_padded(x, 1, bq), 2, bk) for x in extras]
     if zero_rows:
         *extras, keep = extras
@@ -118,7 +117,7 @@ class FlashAttention:
     def bind(q, k, v, *extras, score_transform, query_block, key_block, zero_rows=False, out_dtype=None,
              key_group=1, value_group=1):
         groups = {"key_group": int(key_group), "value_group": int(value_group)}
-        if any(g < 1 or q.shape[0] != k.shape[0] * groups["key_group"] for g in groups.values()) or \
+        if min(groups.values()) < 1 or q.shape[0] != k.shape[0] * groups["key_group"] or \
                 q.shape[0] != v.shape[0] * groups["value_group"]:
             raise ValueError(f"flash_attention: {q.shape[0]} query rows do not share {k.shape[0]} key and "
                              f"{v.shape[0]} value rows in groups of {key_group} and {value_group}")

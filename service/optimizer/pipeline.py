@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import replace
 from collections.abc import Sequence
 from contextlib import nullcontext
+from dataclasses import replace
 from typing import Any
 
 from costmodel.extract import Extraction
