@@ -126,3 +126,13 @@ def test_budgets_are_checked_against_where_the_next_iteration_lands():
     # a 21x slower iteration over an e-graph grown 9% (an encoder's, once a rule family first matched)
     seconds, _ = _next_iteration([0.039, 0.836], [507, 847, 923])
     assert seconds == pytest.approx(0.836 * (923 / 847) ** 2)
+
+
+def test_a_rule_back_off_holds_back_does_not_keep_an_unchanged_e_graph_running():
+    # A sum of eight terms: add-assoc matches more than a limit of 1, so back_off holds it back
+    # every iteration and reports a change although the e-graph stays as it is; the run must
+    # stop as saturated once an iteration leaves every table as it found it.
+    xs = random_args(3, [(4, 4)] * 8)
+    _, report = run(lambda *v: sum(v[1:], v[0]), xs, ac_match_limit=1, iter_limit=40, time_limit_s=60.0)
+    assert report.stop_reason == "saturated"
+    assert report.iterations < 40
