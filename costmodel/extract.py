@@ -116,19 +116,21 @@ def extract_greedy_dag(view: EGraphView, cost_of: Callable[[ENode], float], excl
 
 def _greedy_choice(view: EGraphView, node_cost: dict[str, float], banned: set[str]) -> dict[str, ENode]:
     parents: dict[str, list[ENode]] = {}
+    waiting: dict[str, int] = {}  # node id -> its children classes that have no cost yet
     for cls in view.classes.values():
         for node in cls.nodes:
-            for child in set(node.children):
+            children = set(node.children)
+            waiting[node.id] = len(children)
+            for child in children:
                 parents.setdefault(child, []).append(node)
     best: dict[str, tuple[float, dict[str, float], ENode]] = {}
-    # Cheapest-first worklist: most classes settle on their first (and final) value.
+    # Cheapest-first worklist: most classes settle on their first (and final) value. A node
+    # enters it once every child class has a cost, and again each time one of them improves.
     queue = [(node_cost[n.id], n.id, n) for c in view.classes.values() for n in c.nodes
              if not n.children and n.id not in banned]
     heapq.heapify(queue)
     while queue:
         _, _, node = heapq.heappop(queue)
-        if any(c not in best for c in node.children):
-            continue
         # The node's DAG cost is at least its own plus its dearest child's (costs are >= 0):
         # when that cannot beat the class's best, skip merging the children's cost maps.
         if node.eclass in best and best[node.eclass][0] <= node_cost[node.id] + max(
@@ -143,9 +145,12 @@ def _greedy_choice(view: EGraphView, node_cost: dict[str, float], banned: set[st
         total = sum(costs.values())
         if node.eclass in best and best[node.eclass][0] <= total:
             continue
+        first = node.eclass not in best
         best[node.eclass] = (total, costs, node)
         for parent in parents.get(node.eclass, ()):
-            if parent.id not in banned:
+            if first:
+                waiting[parent.id] -= 1
+            if not waiting[parent.id] and parent.id not in banned:
                 heapq.heappush(queue, (total, parent.id, parent))
     missing = [r for r in view.roots if r not in best]
     if missing:

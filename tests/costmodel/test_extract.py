@@ -31,3 +31,21 @@ def test_self_referential_node_is_never_chosen():
     nodes = [ENode("x", "var", "X", (0,), ()), ENode("tt", "transpose", "X", (), ("X",))]
     result = extract_greedy_dag(_view(nodes, ["X"]), _cost({"x": 1, "tt": 0}))
     assert result.choice["X"].id == "x"
+
+
+def test_a_class_that_gets_cheaper_after_its_parent_was_costed_costs_the_parent_again():
+    # A is first reached through a1 (51), its parent P costed on that; then a2's longer chain
+    # reaches A for 6, and P must be costed again on it.
+    nodes = [ENode("b", "var", "B", (0,), ()), ENode("a1", "unary", "A", (), ("B",)),
+             ENode("d", "var", "D", (1,), ()), ENode("k", "unary", "C", (), ("D",)),
+             ENode("a2", "unary", "A", (), ("C",)), ENode("p", "unary", "P", (), ("A",))]
+    result = extract_greedy_dag(_view(nodes, ["P"]), _cost({"b": 1, "a1": 50, "d": 2, "k": 2, "a2": 2, "p": 1}))
+    assert result.choice["P"].id == "p" and result.choice["A"].id == "a2" and result.cost == 7
+
+
+def test_a_node_waits_for_every_child_class_however_its_children_repeat():
+    # r reads S twice and T once: it is costed once both have a cost, not before, not never.
+    nodes = [ENode("e", "var", "E", (0,), ()), ENode("s", "unary", "S", (), ("E",)),
+             ENode("t", "unary", "T", (), ("S",)), ENode("r", "ternary", "R", (), ("S", "T", "S"))]
+    result = extract_greedy_dag(_view(nodes, ["R"]), _cost({"e": 1, "s": 1, "t": 1, "r": 1}))
+    assert result.choice["R"].id == "r" and result.cost == 4
