@@ -29,7 +29,7 @@ KEEP = 3  # per role: a search holds one load of each at once; a loop body's sea
 
 
 def _rulesets(schedule: Schedule) -> list[Ruleset]:
-    steps = (schedule.every_iteration, schedule.throttled, schedule.bounded, schedule.fusion)
+    steps = (schedule.every_iteration, *schedule.throttled, schedule.bounded, schedule.fusion)
     return [rules for rules in steps if rules is not None]
 
 

@@ -15,6 +15,7 @@ from typing import Callable
 from egglog import EGraph, Ruleset, ruleset
 
 from rewrites.algebra import ALGEBRA
+from rewrites.back_off import RestingRules
 from rewrites.concat_split import CONCAT_SPLIT
 from rewrites.fusion import FUSION, MAX_BODY_OPS
 from rewrites.idioms import IDIOMS
@@ -70,7 +71,7 @@ class Schedule:
     name: str
     every_iteration: Ruleset
     bounded: Ruleset
-    throttled: Ruleset | None = None
+    throttled: tuple[Ruleset, ...] = ()  # one rule set per throttled rule, each under back_off
     fusion: Ruleset | None = None
     rule_names: dict[int, str] = field(default_factory=lambda: _RULE_NAMES)  # egglog rule's id -> rule name
 
@@ -79,13 +80,19 @@ def _schedule(fp_mode: FpMode, without: frozenset[str] = frozenset(), label: str
               extra: Sequence[NamedRule] = ()) -> Schedule:
     """`extra` rules run every iteration beside the single-pattern families (under back_off when
     throttled); rules named in `without` do not run."""
-    def combined(rules, kind, throttled):
-        return ruleset(*(r.rule for r in rules if r.allowed_in(fp_mode) and r.throttled == throttled
-                         and r.name not in without), name=f"{kind}-{fp_mode}{label}")
+    def allowed(rules, throttled):
+        return [r for r in rules if r.allowed_in(fp_mode) and r.throttled == throttled and r.name not in without]
+
+    def combined(rules, kind):
+        return ruleset(*(r.rule for r in rules), name=f"{kind}-{fp_mode}{label}")
     single = [*(r for f in SINGLE_PATTERN for r in f.rules), *extra]
-    return Schedule(fp_mode + label, combined(single, "single", False),
-                    combined([r for f in MULTI_PATTERN for r in f.rules], "multi", False),
-                    combined(single, "ac", True), rule_names={**_RULE_NAMES, **rule_names_by_decl(extra)})
+    throttled = allowed(single, True)
+    # each throttled rule alone, so that back_off's verdict (held back or not) is that rule's
+    return Schedule(fp_mode + label, combined(allowed(single, False), "single"),
+                    combined(allowed([r for f in MULTI_PATTERN for r in f.rules], False), "multi"),
+                    tuple(combined([r for r in throttled if r.name == name], f"ac-{name}")
+                          for name in dict.fromkeys(r.name for r in throttled)),
+                    rule_names={**_RULE_NAMES, **rule_names_by_decl(extra)})
 
 
 SCHEDULES: dict[FpMode, Schedule] = {"exact": _schedule("exact"), "real": _schedule("real")}
@@ -167,6 +174,7 @@ def saturate(egraph: EGraph, schedule: Schedule, budget: Budget,
     each iteration and fusion round (progress; an exception from it stops the run there)."""
     report, fired, start = SaturationReport(), Counter(), time.perf_counter()
     durations: list[float] = []
+    resting = RestingRules()
     type_new_terms(egraph)  # learns the program's result dtypes (`result_dtype`) before any rule reads them
     tables = table_sizes(egraph)
     sizes = [term_enodes(egraph, tables)]
@@ -184,13 +192,15 @@ def saturate(egraph: EGraph, schedule: Schedule, budget: Budget,
         began = time.perf_counter()
         changed = False
         steps: list[tuple[Ruleset, int | None]] = [(schedule.every_iteration, None)]  # (rules, back_off limit)
-        if schedule.throttled is not None:
-            steps.append((schedule.throttled, budget.ac_match_limit))
+        rested = [rules for rules in schedule.throttled if not resting.awake(rules.__egg_ident__.name, iteration)]
+        steps += [(rules, budget.ac_match_limit) for rules in schedule.throttled if rules not in rested]
         if iteration < budget.merge_rounds:
             steps.append((schedule.bounded, None))
         for rules, match_limit in steps:
             result = run_ruleset(egraph, rules, match_limit)
             changed |= result.updated
+            if match_limit is not None and result.updated and not result.matches:  # held back
+                resting.held_back(rules.__egg_ident__.name, iteration)
             _record(result, fired, schedule.rule_names)
             type_new_terms(egraph)  # before the next step's guards read them
         report.iterations = iteration + 1
@@ -201,9 +211,11 @@ def saturate(egraph: EGraph, schedule: Schedule, budget: Budget,
         sizes.append(report.enodes)
         # back_off reports a change whenever it held a rule back, even where the e-graph did not
         # change; an iteration that added no row and merged no classes leaves the next one the
-        # same e-graph, so it would hold the same rules back again (on a Llama layer: add-assoc,
-        # 1.2 s of matching per iteration, for nothing).
+        # same e-graph, so it would hold the same rules back again.
         if not changed or tables == before:
+            if rested:  # they have not run on the e-graph as it is now
+                resting.wake_all(iteration + 1)
+                continue
             report.stop_reason = "saturated"
             break
         if report.enodes > budget.node_limit:
