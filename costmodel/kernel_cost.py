@@ -205,6 +205,7 @@ class NodeCoster:
         # many nodes alike (an 80-matmul chain's orders: 75k nodes, a few thousand distinct).
         self.plain_estimates: dict[tuple, Estimate] = {}
         self.plain_times: dict[tuple, ResourceTimes] = {}
+        self.kernel_work: dict[str, tuple] = {}  # a kernel node's `_work`: extraction and the floor both price it
 
     def aval(self, cid: str) -> Aval:
         cls = self.view.classes[cid]
@@ -253,25 +254,31 @@ class NodeCoster:
     def _work(self, node: ENode, cost: OpCost | None = None) -> tuple[list[OpCost], int, int, int, int, int]:
         """`fused_estimate`'s arguments for the kernel the node is (a plain node's op: `cost`)."""
         if node.op in KERNEL_OPS:
-            size = self.bytes
-            ops = node.body_ops
-            written = set(node.attrs[1]) if node.op == "kernel_tee" else set()
-            parts = [self.body_cost(b) for b in ops]
-            counted = [b.eclass for b in ops[:-1] if b.op not in VIEW_TERMS and b not in written]
-            inside = sum(size[c] for c in counted)
-            write = size[node.eclass] + sum(size[b.eclass] for b in written)
-            reads = sum(self.reads[c] for c in node.children)
-            outputs = 1 + len(written)
-            blocked = self.key_blocking and self._blocked(node, parts, reads, write, inside, outputs, set(counted),
-                                                          {node.eclass, *(b.eclass for b in written)})
-            if blocked:
-                return blocked.parts, blocked.read_bytes, write, blocked.intermediate_bytes, len(node.children), outputs
-            return parts, reads, write, inside, len(node.children), outputs
+            if node.id not in self.kernel_work:
+                self.kernel_work[node.id] = self._kernel_work(node)
+            return self.kernel_work[node.id]
         if cost.kind == "host":  # a host op reads whole buffers: folding views in is a kernel's trick
             reads = sum(self.bytes[c] for c in node.children)
         else:
             reads = sum(self.reads[c] for c in node.children)
         return [cost], reads, self.bytes[node.eclass], 0, len(node.children), 1
+
+    def _kernel_work(self, node: ENode) -> tuple[list[OpCost], int, int, int, int, int]:
+        """`_work` of a kernel node: its body ops' costs, what it reads, writes and holds inside."""
+        size = self.bytes
+        ops = node.body_ops
+        written = set(node.attrs[1]) if node.op == "kernel_tee" else set()
+        parts = [self.body_cost(b) for b in ops]
+        counted = [b.eclass for b in ops[:-1] if b.op not in VIEW_TERMS and b not in written]
+        inside = sum(size[c] for c in counted)
+        write = size[node.eclass] + sum(size[b.eclass] for b in written)
+        reads = sum(self.reads[c] for c in node.children)
+        outputs = 1 + len(written)
+        blocked = self.key_blocking and self._blocked(node, parts, reads, write, inside, outputs, set(counted),
+                                                      {node.eclass, *(b.eclass for b in written)})
+        if blocked:
+            return blocked.parts, blocked.read_bytes, write, blocked.intermediate_bytes, len(node.children), outputs
+        return parts, reads, write, inside, len(node.children), outputs
 
     def _blocked(self, node: ENode, parts: list[OpCost], reads: int, write: int, inside: int, outputs: int,
                  counted: set[str], written: set[str]) -> BlockedWork | None:
