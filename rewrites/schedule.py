@@ -192,8 +192,9 @@ def saturate(egraph: EGraph, schedule: Schedule, budget: Budget,
         began = time.perf_counter()
         changed = False
         steps: list[tuple[Ruleset, int | None]] = [(schedule.every_iteration, None)]  # (rules, back_off limit)
-        rested = [rules for rules in schedule.throttled if not resting.awake(rules.__egg_ident__.name, iteration)]
-        steps += [(rules, budget.ac_match_limit) for rules in schedule.throttled if rules not in rested]
+        awake = [resting.awake(rules.__egg_ident__.name, iteration) for rules in schedule.throttled]
+        rested = not all(awake)
+        steps += [(rules, budget.ac_match_limit) for rules, runs in zip(schedule.throttled, awake) if runs]
         if iteration < budget.merge_rounds:
             steps.append((schedule.bounded, None))
         for rules, match_limit in steps:
@@ -213,7 +214,7 @@ def saturate(egraph: EGraph, schedule: Schedule, budget: Budget,
         # change; an iteration that added no row and merged no classes leaves the next one the
         # same e-graph, so it would hold the same rules back again.
         if not changed or tables == before:
-            if rested:  # they have not run on the e-graph as it is now
+            if rested:  # a resting rule has not run on the e-graph as it is now
                 resting.wake_all(iteration + 1)
                 continue
             report.stop_reason = "saturated"

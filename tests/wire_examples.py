@@ -43,7 +43,8 @@ def renamed(program: dict, old: str, new: str) -> dict:
 
 
 def sum_program(n: int, width: int) -> dict:
-    """x0 + x1 + ... + x(n-1): associativity/commutativity make this slow to saturate, and a
+    """x0 + x1 + ... + x(n-1): associativity/commutativity give it many equal programs, slow to
+    extract (with `extraction: "ilp"` the solver uses the whole time limit at n = 200), and a
     warm worker needs several seconds for it whatever the time limit (ingest and validation are
     not budgeted). `width` varies the shape so that no two requests share a cache entry."""
     spec = {"shape": [8, width], "dtype": "float32"}
