@@ -17,7 +17,7 @@ programs no worse than the warm start, which contains the optimum; so each round
 (returned cost - best bound) / returned cost. Costs are assumed non-negative.
 
 `proven_minimum` solves it for other objectives (one resource of the cost model at a time): the
-least any program in the e-graph needs of it, as far as the solver proves in its time.
+least any program in the e-graph needs of it, as far as the solver proves within a node limit.
 """
 from __future__ import annotations
 
@@ -165,11 +165,12 @@ def _choice_from(problem: _Problem, x: np.ndarray, roots: list[str]) -> dict[str
 def extract_ilp(view: EGraphView, cost_of: Callable[[ENode], float], *,
                 warm_start: Extraction | None = None, time_limit_s: float = 10.0,
                 max_rounds: int = 100, mip_rel_gap: float = MIP_REL_GAP, exclusive: Exclusive = (),
-                requires: Requires = ()) -> IlpExtraction:
+                requires: Requires = (), node_limit: int | None = None) -> IlpExtraction:
     """The cheapest acyclic DAG extraction, or the best found within `time_limit_s` (all rounds).
 
     `warm_start` (greedy-DAG when None) bounds the objective and is returned when the ILP finds
-    nothing better; the result's cost is never above it."""
+    nothing better; the result's cost is never above it. `node_limit` caps each solve's
+    branch-and-bound nodes: a work limit, so what it proves does not depend on the machine's load."""
     start = time.perf_counter()
     deadline = start + time_limit_s
     node_cost = {n.id: float(cost_of(n)) for c in view.classes.values() for n in c.nodes}
@@ -228,7 +229,8 @@ def extract_ilp(view: EGraphView, cost_of: Callable[[ENode], float], *,
                        shape=(r, n + m)).tocsr()
         res = milp(c, constraints=LinearConstraint(A, np.concatenate(lb), np.concatenate(ub)),
                    integrality=integrality, bounds=bounds,
-                   options={"time_limit": max(remaining, 1e-3), "mip_rel_gap": mip_rel_gap})
+                   options={"time_limit": max(remaining, 1e-3), "mip_rel_gap": mip_rel_gap,
+                            **({} if node_limit is None else {"node_limit": node_limit})})
         rounds += 1
         bound = getattr(res, "mip_dual_bound", None)
         if bound is not None and math.isfinite(bound):
@@ -293,13 +295,14 @@ def cheaper(extraction: Extraction | None, other: Extraction | None) -> Extracti
     return extraction
 
 
-def proven_minimum(view: EGraphView, cost: dict[str, float], time_limit_s: float, exclusive: Exclusive = (),
-                   requires: Requires = ()) -> float | None:
+def proven_minimum(view: EGraphView, cost: dict[str, float], node_limit: int, time_limit_s: float,
+                   exclusive: Exclusive = (), requires: Requires = ()) -> float | None:
     """A proven lower bound on the least total `cost` (non-negative, per e-node) of any acyclic
-    program the e-graph holds, within `time_limit_s`: the exact extraction's optimum less its
-    proven gap and the solver's tolerance; None when nothing is proven in time."""
+    program the e-graph holds: the exact extraction's optimum less its proven gap and the solver's
+    tolerance, each solve stopped after `node_limit` branch-and-bound nodes (a bound that does not
+    depend on the machine's speed); None when nothing is proven within `time_limit_s`."""
     result = extract_ilp(view, lambda node: cost[node.id], time_limit_s=time_limit_s, exclusive=exclusive,
-                         requires=requires)
-    if result.optimality_gap is None:
+                         requires=requires, node_limit=node_limit)
+    if result.optimality_gap is None or result.solve_s >= time_limit_s:
         return None
     return max(0.0, result.cost * (1 - result.optimality_gap) - LP_TOLERANCE * sum(cost.values()))

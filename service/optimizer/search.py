@@ -42,11 +42,17 @@ AUTO_FUSION_ILP_NODE_BUDGET = 1_000
 # limit buys saturation, and a larger e-graph given a shorter ILP came out worse (the NasRNN at a
 # 1 s limit: 43.2 us, at 0.1 s: 35.6 us), so a larger limit could return a worse program.
 AUTO_ILP_MAX_S = {True: 2.0, False: 0.3}
-FLOOR_MAX_S = 0.3  # the exact extractions of the e-graph's per-resource floor, together
-# Beyond this many kernel e-nodes the exact extractions rarely prove their floors in FLOOR_MAX_S (an
-# 80-matmul chain's 318 e-nodes: 0.22 s; an unrolled RNN's 522, a GQA layer's 1k, a BERT layer's 7k:
-# not proven in 0.3 s; the NasRNN's 29k: 10 s to set up), so they get the heaviest path's floor only.
+# The e-graph floor's exact extractions are limited by work, not time, so that a request's lower bound
+# is the same on a busy machine as on an idle one: each solve stops after FLOOR_BRANCH_NODES
+# branch-and-bound nodes (its dual bound still holds), and they are tried only on kernel e-graphs
+# with few alternatives, where HiGHS's root (presolve, cuts) is quick. Measured: every zoo kernel
+# e-graph within FLOOR_NODE_BUDGET e-nodes and FLOOR_CHOICE_BUDGET alternatives (e-nodes less
+# e-classes; an 80-matmul chain's 318 e-nodes have 30) proves its floors at the root in <= 0.12 s;
+# an unrolled RNN's 409 e-nodes over 103 classes (306 alternatives) need 1.7 s for the root alone.
 FLOOR_NODE_BUDGET = 500
+FLOOR_CHOICE_BUDGET = 100
+FLOOR_BRANCH_NODES = 20
+FLOOR_SAFETY_S = 2.0  # never reached within the budgets above; it only keeps a request bounded
 FLOOR_RESOURCES = ("compute", "memory", "launch")  # ResourceTimes' fields, less their `_s`
 
 
@@ -236,16 +242,17 @@ def _extract_stage(view: EGraphView, loaded: LoadedProgram, profile: HardwarePro
 
 def _floor(view: EGraphView, coster: NodeCoster, exclusive: Exclusive, requires: Requires) -> EGraphFloor:
     """Per resource, the least any program in the kernel e-graph needs per call: the larger of its
-    heaviest path's (any size) and, for e-graphs within `FLOOR_NODE_BUDGET`, the exact extraction's
-    with that resource alone as its cost where it proves one in `FLOOR_MAX_S`."""
-    deadline = time.perf_counter() + FLOOR_MAX_S
+    heaviest path's (any size) and, for e-graphs within `FLOOR_NODE_BUDGET` e-nodes and
+    `FLOOR_CHOICE_BUDGET` alternatives, the exact extraction's with that resource alone as its cost."""
+    deadline = time.perf_counter() + FLOOR_SAFETY_S
     times = {n.id: coster.times(n) for c in view.classes.values() for n in c.nodes}
     costs = [{i: getattr(t, f"{resource}_s") for i, t in times.items()} for resource in FLOOR_RESOURCES]
     minima, exact = heaviest_path_floors(view, costs), set()
+    small = view.enode_count <= FLOOR_NODE_BUDGET and view.enode_count - len(view.classes) <= FLOOR_CHOICE_BUDGET
     for k, resource in enumerate(FLOOR_RESOURCES):
         remaining = deadline - time.perf_counter()
-        if view.enode_count <= FLOOR_NODE_BUDGET and remaining > 0:
-            proven = proven_minimum(view, costs[k], remaining, exclusive, requires)
+        if small and remaining > 0:
+            proven = proven_minimum(view, costs[k], FLOOR_BRANCH_NODES, remaining, exclusive, requires)
             if proven is not None:
                 exact.add(resource)
                 minima[k] = max(minima[k], proven)

@@ -5,6 +5,7 @@ import copy
 import gc
 import sys
 import threading
+import time
 
 import jax
 import jax.numpy as jnp
@@ -13,6 +14,7 @@ import pytest
 from pydantic import BaseModel
 from wire_examples import VALIDATED
 
+import costmodel.ilp
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
 from costmodel.profile import load_profile, with_overrides
 from service.optimizer.options import OptimizeOptions
@@ -111,6 +113,23 @@ def test_the_bound_of_a_small_request_is_a_floor_of_its_whole_e_graph():
     assert est["lower_bound"]["over"] == "egraph"
     assert est["lower_bound"]["proof"] == {"compute": "exact", "memory": "exact", "launch": "exact"}
     assert 0 < est["lower_bound"]["time_s"] <= est["optimized"]["time_s"] < est["baseline"]["time_s"]
+
+
+def test_the_bound_of_a_request_is_the_same_on_a_slower_machine(monkeypatch):
+    """The e-graph floor's exact extractions are limited by work, not time: every solve made a
+    quarter second slower (a loaded machine) proves the same floors."""
+    a, b, c = (np.ones(s, np.float32) for s in [(1024, 64), (64, 1024), (1024, 16)])
+    program = capture(lambda a, b, c: (a @ b) @ c, a, b, c)
+    idle = optimize(program, "optu-v1", {"fp_mode": "real", "validate": False})["estimate"]["lower_bound"]
+    solve = costmodel.ilp.milp
+
+    def slower(*args, **kwargs):
+        time.sleep(0.25)
+        return solve(*args, **kwargs)
+
+    monkeypatch.setattr(costmodel.ilp, "milp", slower)
+    busy = optimize(program, "optu-v1", {"fp_mode": "real", "validate": False})["estimate"]["lower_bound"]
+    assert busy == idle and set(idle["proof"].values()) == {"exact"}
 
 
 def test_the_report_counts_the_ops_the_returned_program_holds():
