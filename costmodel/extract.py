@@ -5,8 +5,8 @@ several users is paid once (costs are summed over the union of the children's se
 
 Exclusive groups (primary nodes, secondary nodes): a chosen program uses at most one node of a
 group (a GEMM is computed once: by its own node or inside one fused kernel). Greedy bans the chosen
-secondary nodes of a violated group and re-runs until none is violated; the ILP states each group
-as a constraint.
+secondary nodes of a violated group and re-costs what used them until none is violated; the ILP
+states each group as a constraint.
 
 Requirements (node, needed node): a node may be chosen only with the node it needs (a tee_out
 with the kernel that writes its value). Greedy bans a chosen node whose requirement is unmet.
@@ -105,54 +105,81 @@ def drop_dominated(view: EGraphView, node_cost: dict[str, float], exclusive: Exc
 def extract_greedy_dag(view: EGraphView, cost_of: Callable[[ENode], float], exclusive: Exclusive = (),
                        requires: Requires = ()) -> Extraction:
     node_cost = {n.id: cost_of(n) for c in view.classes.values() for n in c.nodes}
-    banned: set[str] = set()
+    greedy = _Greedy(view, node_cost)
     while True:
-        choice = _greedy_choice(view, node_cost, banned)
+        choice = greedy.choice()
         bad = violations(view.roots, choice, exclusive, requires)
         if not bad:
             return Extraction(choice, dag_cost(view, choice, node_cost), "greedy")
-        banned |= bad  # only secondary and requiring nodes are banned; plain nodes always remain
+        greedy.ban(bad)  # only secondary and requiring nodes are banned; plain nodes always remain
 
 
-def _greedy_choice(view: EGraphView, node_cost: dict[str, float], banned: set[str]) -> dict[str, ENode]:
-    parents: dict[str, list[ENode]] = {}
-    waiting: dict[str, int] = {}  # node id -> its children classes that have no cost yet
-    for cls in view.classes.values():
-        for node in cls.nodes:
-            children = set(node.children)
-            waiting[node.id] = len(children)
-            for child in children:
-                parents.setdefault(child, []).append(node)
-    best: dict[str, tuple[float, dict[str, float], ENode]] = {}
-    # Cheapest-first worklist: most classes settle on their first (and final) value. A node
-    # enters it once every child class has a cost, and again each time one of them improves.
-    queue = [(node_cost[n.id], n.id, n) for c in view.classes.values() for n in c.nodes
-             if not n.children and n.id not in banned]
-    heapq.heapify(queue)
-    while queue:
-        _, _, node = heapq.heappop(queue)
-        # The node's DAG cost is at least its own plus its dearest child's (costs are >= 0):
-        # when that cannot beat the class's best, skip merging the children's cost maps.
-        if node.eclass in best and best[node.eclass][0] <= node_cost[node.id] + max(
-                (best[c][0] for c in node.children), default=0.0):
-            continue
-        costs: dict[str, float] = {}
-        for child in node.children:
-            costs.update(best[child][1])
-        if node.eclass in costs:
-            continue  # the node needs its own class: a cycle
-        costs[node.eclass] = node_cost[node.id]
-        total = sum(costs.values())
-        if node.eclass in best and best[node.eclass][0] <= total:
-            continue
-        first = node.eclass not in best
-        best[node.eclass] = (total, costs, node)
-        for parent in parents.get(node.eclass, ()):
-            if first:
-                waiting[parent.id] -= 1
-            if not waiting[parent.id] and parent.id not in banned:
-                heapq.heappush(queue, (total, parent.id, parent))
-    missing = [r for r in view.roots if r not in best]
-    if missing:
-        raise ValueError(f"no finite-cost term for output classes {missing}")
-    return {cid: entry[2] for cid, entry in best.items()}
+class _Greedy:
+    """Greedy-DAG's costs, kept across bans: a ban re-costs only the classes whose cheapest set
+    used a banned node (each class's set names every class it spans), not the whole e-graph."""
+
+    def __init__(self, view: EGraphView, node_cost: dict[str, float]):
+        self.view, self.node_cost = view, node_cost
+        self.banned: set[str] = set()
+        self.parents: dict[str, list[ENode]] = {}
+        self.waiting: dict[str, int] = {}  # node id -> its children classes that have no cost yet
+        for cls in view.classes.values():
+            for node in cls.nodes:
+                children = set(node.children)
+                self.waiting[node.id] = len(children)
+                for child in children:
+                    self.parents.setdefault(child, []).append(node)
+        self.best: dict[str, tuple[float, dict[str, float], ENode]] = {}
+        # Cheapest-first worklist: most classes settle on their first (and final) value. A node
+        # enters it once every child class has a cost, and again each time one of them improves.
+        self.queue = [(node_cost[n.id], n.id, n) for c in view.classes.values() for n in c.nodes if not n.children]
+        heapq.heapify(self.queue)
+
+    def choice(self) -> dict[str, ENode]:
+        self._settle()
+        missing = [r for r in self.view.roots if r not in self.best]
+        if missing:
+            raise ValueError(f"no finite-cost term for output classes {missing}")
+        return {cid: entry[2] for cid, entry in self.best.items()}
+
+    def ban(self, nodes: set[str]) -> None:
+        self.banned |= nodes
+        lost = {cid for cid, (_, _, node) in self.best.items() if node.id in nodes}
+        stale = [cid for cid, (_, spans, _) in self.best.items() if not lost.isdisjoint(spans)]
+        for cid in stale:
+            del self.best[cid]
+            for parent in self.parents.get(cid, ()):
+                self.waiting[parent.id] += 1
+        for cid in stale:
+            for node in self.view.classes[cid].nodes:
+                if not self.waiting[node.id] and node.id not in self.banned:
+                    floor = max((self.best[c][0] for c in node.children), default=0.0)
+                    heapq.heappush(self.queue, (self.node_cost[node.id] + floor, node.id, node))
+
+    def _settle(self) -> None:
+        best, queue, node_cost = self.best, self.queue, self.node_cost
+        while queue:
+            _, _, node = heapq.heappop(queue)
+            if node.id in self.banned or any(c not in best for c in node.children):
+                continue  # banned, or a child lost its cost after this entry was queued
+            # The node's DAG cost is at least its own plus its dearest child's (costs are >= 0):
+            # when that cannot beat the class's best, skip merging the children's cost maps.
+            if node.eclass in best and best[node.eclass][0] <= node_cost[node.id] + max(
+                    (best[c][0] for c in node.children), default=0.0):
+                continue
+            costs: dict[str, float] = {}
+            for child in node.children:
+                costs.update(best[child][1])
+            if node.eclass in costs:
+                continue  # the node needs its own class: a cycle
+            costs[node.eclass] = node_cost[node.id]
+            total = sum(costs.values())
+            if node.eclass in best and best[node.eclass][0] <= total:
+                continue
+            first = node.eclass not in best
+            best[node.eclass] = (total, costs, node)
+            for parent in self.parents.get(node.eclass, ()):
+                if first:
+                    self.waiting[parent.id] -= 1
+                if not self.waiting[parent.id] and parent.id not in self.banned:
+                    heapq.heappush(queue, (total, parent.id, parent))

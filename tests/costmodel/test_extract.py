@@ -49,3 +49,18 @@ def test_a_node_waits_for_every_child_class_however_its_children_repeat():
              ENode("t", "unary", "T", (), ("S",)), ENode("r", "ternary", "R", (), ("S", "T", "S"))]
     result = extract_greedy_dag(_view(nodes, ["R"]), _cost({"e": 1, "s": 1, "t": 1, "r": 1}))
     assert result.choice["R"].id == "r" and result.cost == 4
+
+
+def test_a_ban_re_costs_every_class_whose_cheapest_set_used_the_banned_node_up_to_the_roots():
+    # k1 and k2 both compute the GEMM g inside them (one exclusive group): greedy first takes
+    # both (R = r: 3), bans them, and K1, K2 fall back to reading g (6 each, g shared). R must
+    # then be costed again, where its own fused form r2 (8) now wins over r (9), and P above it.
+    nodes = [ENode("x", "var", "X", (0,), ()), ENode("g", "dot_general", "G", (), ("X",)),
+             ENode("k1", "kernel", "K1", (), ("X",)), ENode("k1p", "unary", "K1", (), ("G",)),
+             ENode("k2", "kernel", "K2", (), ("X",)), ENode("k2p", "unary", "K2", (), ("G",)),
+             ENode("r", "binary", "R", (), ("K1", "K2")), ENode("r2", "kernel", "R", (), ("X",)),
+             ENode("p", "unary", "P", (), ("R",))]
+    table = {"x": 0, "g": 4, "k1": 1, "k1p": 2, "k2": 1, "k2p": 2, "r": 1, "r2": 8, "p": 1}
+    exclusive = [(frozenset({"g"}), frozenset({"k1", "k2"}))]
+    result = extract_greedy_dag(_view(nodes, ["P"]), _cost(table), exclusive)
+    assert result.choice["R"].id == "r2" and result.choice["P"].id == "p" and result.cost == 9
