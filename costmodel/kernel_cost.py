@@ -201,6 +201,9 @@ class NodeCoster:
         self.bytes = {cid: class_bytes(cls) for cid, cls in view.classes.items()}  # each class's value
         self.reads = read_bytes(view, self.bytes)
         self.body_costs: dict[BodyNode, OpCost] = {}  # body ops are shared by many kernel nodes
+        # ...and a body op's price depends only on its op, attrs and shapes: GPT-2's kernel e-graph
+        # holds 8.9k body ops of 87 kinds.
+        self.op_costs: dict[tuple, OpCost] = {}
         # A plain node's estimate depends only on what `_plain_estimate` reads; an e-graph holds
         # many nodes alike (an 80-matmul chain's orders: 75k nodes, a few thousand distinct).
         self.plain_estimates: dict[tuple, Estimate] = {}
@@ -216,9 +219,15 @@ class NodeCoster:
         return op, op_cost(self.profile, op, params, [self.aval(c) for c in operands], self.aval(op_node.eclass))
 
     def body_cost(self, body: BodyNode) -> OpCost:
-        if body not in self.body_costs:
-            self.body_costs[body] = self.op_cost(body, [o.eclass for o in body.operands])[1]
-        return self.body_costs[body]
+        cost = self.body_costs.get(body)
+        if cost is None:
+            operands = [o.eclass for o in body.operands]
+            key = body.op, body.attrs, self.aval(body.eclass), tuple(self.aval(c) for c in operands)
+            cost = self.op_costs.get(key)
+            if cost is None:
+                cost = self.op_costs[key] = self.op_cost(body, operands)[1]
+            self.body_costs[body] = cost
+        return cost
 
     def __call__(self, node: ENode) -> float:
         if node.op in LEAF_OPS:

@@ -127,3 +127,22 @@ def test_extraction_price_of_the_chosen_kernels_matches_the_kernel_program_estim
     # equal up to the tie-breaking epsilon extraction adds per op
     assert abs(kernels.total.time_s - extraction.cost) <= len(emitted.program["eqns"]) * NODE_EPSILON_S * (1 + 1e-6)
     assert len(kernels.kernels) == 1  # dot, bias, relu, scale and residual in one kernel
+
+
+def test_body_ops_alike_share_one_price_which_is_each_ones_own():
+    """Pricing keeps one price per body op kind (op, attrs, shapes): every body op of every kernel
+    node is priced as it would be alone, and alike ops in different classes share the entry."""
+    program = capture(lambda x, y, z: (jnp.tanh(x) + jnp.tanh(y), jnp.tanh(z) * 2.0),
+                      *_arrays((16, 64), (16, 64), (32, 64)))
+    loaded, _, view = fused_egraph(program)
+    coster = NodeCoster(view, loaded.params, PROFILE, static_classes(view, program))
+    kernels = [n for c in view.classes.values() for n in c.nodes if n.op in KERNEL_OPS]
+    assert kernels
+    for node in kernels:
+        coster(node)
+    bodies = {b for node in kernels for b in node.body_ops}
+    for body in bodies:
+        assert coster.body_cost(body) == coster.op_cost(body, [o.eclass for o in body.operands])[1], body
+    tanhs = {coster.body_cost(b).time_s for b in bodies if b.attrs[:1] == ("tanh",)}
+    assert len(tanhs) == 2  # (16, 64) and (32, 64): two prices, one of them shared by tanh(x) and tanh(y)
+    assert len(coster.op_costs) < len(bodies)
