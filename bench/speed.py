@@ -42,7 +42,7 @@ from bench.report import RESULTS_DIR, machine, machine_line, publish, write_json
 from service.client import optimize
 from service.http.devserver import running_server
 from service.optimizer import pipeline
-from service.optimizer.warm_up import settle_start_up_heap, warm_up
+from service.optimizer.warm_up import warm_up
 from wire.capture import capture
 
 RESULTS = RESULTS_DIR / "speed.json"
@@ -228,8 +228,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                      "hugging_face": HUGGING_FACE}
     bert = (768, 12, 128) if not args.tiny else shapes["one"][0]
     measure("warm-up", "warm-up", encoder("plain", 1, 64, 4, 16, 2))
-    warm_up(pipeline.optimize)  # as a server's worker starts
-    settle_start_up_heap()
+    warm_up(pipeline.optimize)  # as a server's worker starts; each in-process request freezes the heap it finds
     rows = [*encoder_rows(shapes["one"], 1, shapes["batch"]), *encoder_rows(shapes["twelve"], 12, shapes["batch"]),
             *chain_rows(shapes["chains"], shapes["seeds"]), *hugging_face_rows(shapes["hugging_face"])]
     if args.reference:

@@ -18,6 +18,7 @@ from service import torch_client
 from service.client_result import OptimizeError, OptimizeResult
 from service.http.api_models import count_equations, error_status, resolve_hardware
 from service.http.settings import get_settings, request_options
+from service.optimizer.caller_heap import CALLER_HEAP
 from service.optimizer.options import OptimizeOptions
 from service.optimizer.progress import listening, stage
 from service.optimizer.response import OptimizeResponse
@@ -203,6 +204,13 @@ def optimize(fn: Callable[..., Any], *args: Any, server: str | None = None,
     that are not OptimizeOptions fields are the model's (`attention_mask=`, `use_cache=`,
     `past_key_values=`). The optimized program is also checked against PyTorch running the
     exported graph (`response["torch_validation"]`); one that disagrees raises OptimizeError."""
+    with CALLER_HEAP.out_of_sight():  # capture and the check against PyTorch allocate as much as the search
+        return _optimize(fn, args, server, hardware, weight_argnums, timeout, progress, options)
+
+
+def _optimize(fn: Callable[..., Any], args: tuple, server: str | None, hardware: str | dict | None,
+              weight_argnums: Sequence[int], timeout: float, progress: Callable[[dict[str, Any]], None] | None,
+              options: dict[str, Any]) -> OptimizeResult:
     model_kwargs = {k: options.pop(k) for k in list(options) if k not in OptimizeOptions.model_fields}
     stages: dict[str, float] = {}  # the client's own, added to the optimizer's
     with stage(stages, "capture"):
@@ -222,7 +230,7 @@ def optimize(fn: Callable[..., Any], *args: Any, server: str | None = None,
     if response["validation"]["status"] == "inconclusive":
         warnings.warn(f"optu: the optimized program's validation is inconclusive "
                       f"({response['validation'].get('reason')}); check `.validation` before using `.fn`",
-                      RuntimeWarning, stacklevel=2)
+                      RuntimeWarning, stacklevel=3)
     if captured is not None:
         if options.get("validate", True):
             # the reference that matters to a PyTorch user: PyTorch itself, run on the exported graph

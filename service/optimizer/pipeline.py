@@ -22,6 +22,7 @@ from lowering.pallas_attention import realize_attention
 from lowering.validate import identical, validate, validate_pieces
 from rewrites.registry import NamedRule
 from service.optimizer.background_validation import BackgroundValidation
+from service.optimizer.caller_heap import CALLER_HEAP
 from service.optimizer.control_flow import nested_program_count, optimize_nested
 from service.optimizer.loop_hoist import hoist_scan_projections, scan_projections
 from service.optimizer.loop_invariants import tidy_loops
@@ -55,7 +56,7 @@ def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | N
     """Optimize a wire program; raises WireError (a 422) if it does not type-check. Every stage
     computes in the precision the program declares (64-bit types stay 64-bit). `extra_rules` run
     beside the algebra's own (in-process only; the request id does not name them)."""
-    with declared_precision(program):
+    with CALLER_HEAP.out_of_sight(), declared_precision(program):
         return _optimize(program, hardware, options, extra_rules)
 
 
