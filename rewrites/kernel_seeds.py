@@ -16,6 +16,9 @@ from rewrites.direct import DirectConstructors, direct_union, register
 from rewrites.ingest import TERMS, LoadedProgram, encode_typed, literal_roundtrips, literal_term
 from rewrites.terms import Body, Term
 
+# A kernel body is a term as deep as its ops run: longer runs are seeded as several kernels, each
+# writing what the next reads (reading a body back recurses once per level).
+MAX_SEEDED_RUN = 128
 BODIES = DirectConstructors(Body)  # built as declarations (rewrites/direct.py), as ingest's terms are
 
 
@@ -94,6 +97,9 @@ def _runs_with_bodies(loaded: LoadedProgram, program: int, indices: Sequence[int
     inside: dict[str, Body] = {}  # values the current run computes
     for index in indices:
         eqn = eqns[index]
+        if len(runs[-1]) == MAX_SEEDED_RUN:
+            runs.append([])
+            inside = {}
         body = None
         if len(eqn["out"]) == 1 and all(isinstance(a, str) or literal_roundtrips(a) for a in eqn["in"]):
             args = [(inside[a] if a in inside else BODIES.arg(env[a])) if isinstance(a, str)
@@ -102,10 +108,10 @@ def _runs_with_bodies(loaded: LoadedProgram, program: int, indices: Sequence[int
         if body is None:
             runs.append([])
             inside = {}
-        else:
-            if reads[eqn["out"][0]["name"]] > 1:
-                action, body = loaded.fresh_let(body)
-                commands.append(action)
-            inside[eqn["out"][0]["name"]] = body
-            runs[-1].append((index, eqn["out"][0]["name"], body))
+            continue
+        if reads[eqn["out"][0]["name"]] > 1:
+            action, body = loaded.fresh_let(body)
+            commands.append(action)
+        inside[eqn["out"][0]["name"]] = body
+        runs[-1].append((index, eqn["out"][0]["name"], body))
     return [run for run in runs if run]

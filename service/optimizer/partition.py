@@ -109,9 +109,9 @@ def _ends_a_kernel(value: str, cut: int, eqns: list[dict], readers: dict[str, li
     is a GEMM, which starts a kernel, or also reads a value computed after the cut (not a view of
     an input), whose kernel it would join instead."""
     def computed_after_cut(name: str) -> bool:
-        while name in produced_at and eqns[produced_at[name]]["op"] in VIEW_OPS:
+        while isinstance(name, str) and name in produced_at and eqns[produced_at[name]]["op"] in VIEW_OPS:
             name = eqns[produced_at[name]]["in"][0]
-        return produced_at.get(name, -1) >= cut
+        return isinstance(name, str) and produced_at.get(name, -1) >= cut  # a view of a literal: no
 
     stack = list(readers.get(value, []))
     while stack:

@@ -19,7 +19,7 @@ from lowering.emit import emit_program
 from lowering.kernels import CONVENTIONAL, VERTICAL, build_kernel_program
 from lowering.validate import validate
 from rewrites.ingest import ingest
-from rewrites.kernel_seeds import seed_kernels
+from rewrites.kernel_seeds import MAX_SEEDED_RUN, seed_kernels
 from rewrites.schedule import FUSION_ONLY, Budget, saturate
 from service.optimizer.pipeline import optimize
 from wire.capture import capture
@@ -90,6 +90,23 @@ def test_an_op_with_no_body_splits_the_kernel_into_seeds_around_it():
     emitted = emit_program(view, warm.choice, loaded.params, program)
     assert validate(program, emitted.program, "exact")["status"] in VALIDATED
     assert len(build_kernel_program(emitted.program, PROFILE, groups=emitted.groups).kernels) == 3
+
+
+def test_a_kernel_longer_than_a_body_may_be_deep_is_seeded_as_several():
+    """A 300-op elementwise chain is one kernel to greedy fusion; its body as one term would be 300
+    levels deep (reading it back recursed past Python's limit: a RecursionError, not an answer)."""
+    def chain(x):
+        for _ in range(100):
+            x = jnp.sin(x) * 1.01 + 0.1
+        return x
+    program = capture(chain, np.ones((4, 16), np.float32))
+    greedy, seeds, loaded, view, _, _, warm = seeded(program)
+    assert len(greedy.kernels) == 1 and len(greedy.kernels[0].eqns) == 300
+    assert sorted(len(s.ops) for s in seeds) == [44, MAX_SEEDED_RUN, MAX_SEEDED_RUN]
+    emitted = emit_program(view, warm.choice, loaded.params, program)
+    assert validate(program, emitted.program, "exact")["status"] in VALIDATED
+    response = optimize(program)
+    assert response["validation"]["status"] in VALIDATED
 
 
 @pytest.mark.parametrize("name", ["transformer_layer", "rnn_unrolled"])

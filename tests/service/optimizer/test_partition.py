@@ -176,3 +176,18 @@ def test_a_piece_that_simplifies_to_its_input_is_stitched_as_an_alias(monkeypatc
     assert response["validation"]["status"] == "identical"  # a reshape pair is nothing to value numbering
     (got,) = program_to_callable(response["program"])(x, *ws)
     np.testing.assert_allclose(np.asarray(got), np.asarray(net(x, ws)), rtol=1e-5, atol=1e-6)
+
+
+def test_a_cut_whose_reader_also_reads_a_broadcast_literal_is_weighed_not_a_crash():
+    """Each layer's tanh is read by a product with a broadcast literal (jnp.full's form): the
+    literal is not a value computed after the cut (it was looked up as a name: a TypeError)."""
+    def layers(x):
+        for _ in range(12):
+            x = jnp.tanh(x) * jax.lax.broadcast_in_dim(0.5, x.shape, ())
+            for _ in range(10):
+                x = x * 1.01 + 0.1
+        return x
+    program = capture(layers, np.ones((4, 16), np.float32))
+    assert len(program["eqns"]) >= partition.MIN_PROGRAM_EQNS
+    assert find_pieces(program) is None  # the product would join the tanh's kernel: no cut there
+    assert optimize(program)["validation"]["status"] in ("passed", "identical")
