@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bench.models.encoders import STYLES, encoder
+from bench.models.hf_zoo import ZOO
 from bench.report import RESULTS_DIR, machine, machine_line, publish, write_json
 from service.client import optimize
 from service.http.devserver import running_server
@@ -57,8 +58,9 @@ CHAIN_DIMS = (8, 16, 64, 256, 512)
 UNLIMITED = {"time_limit_s": 60.0, "node_limit": 500_000, "iter_limit": 100}
 TARGETS_S = {"encoder, 1 layer": 1.5, "encoder, 12 layers": 10.0, "chain 40": None, "chain 80": 1.0,
              "chain 160": 3.0, "hugging face": 5.0}
-# small models of the Hugging Face zoo, one per kind: encoder, decoders (GPT-2, Llama), vision ones
-HUGGING_FACE = ("bert", "gpt2", "llama", "vit", "resnet", "convnext")
+# every model of the Hugging Face zoo (bench/models/hf_zoo.py): text, vision and audio; encoders,
+# decoders and encoder-decoders
+HUGGING_FACE = tuple(ZOO)
 RSS_LIMIT_BYTES = 2 * 2**30
 TINY = {"one": ((64, 4, 16),), "twelve": ((64, 4, 16),), "layers": (1, 2), "chains": (6, 12), "seeds": (0,),
         "batch": 2, "hugging_face": ("bert",)}
@@ -113,8 +115,6 @@ def encoder_rows(shapes: Sequence[tuple[int, int, int]], layers: int, batch: int
 def hugging_face_rows(names: Sequence[str]) -> list[dict[str, Any]]:
     """Models of the Hugging Face zoo (bench/models/hf_zoo.py) as their users call them: capture
     through torch.export, the check against PyTorch and the callable included."""
-    from bench.models.hf_zoo import ZOO
-
     def run(name: str):
         model, inputs = ZOO[name].build()
         return lambda: optimize(model, **inputs)
