@@ -157,29 +157,39 @@ class _Greedy:
                     heapq.heappush(self.queue, (self.node_cost[node.id] + floor, node.id, node))
 
     def _settle(self) -> None:
-        best, queue, node_cost = self.best, self.queue, self.node_cost
+        best, queue, node_cost, banned, waiting = self.best, self.queue, self.node_cost, self.banned, self.waiting
+        parents, pop, push = self.parents, heapq.heappop, heapq.heappush
         while queue:
-            _, _, node = heapq.heappop(queue)
-            if node.id in self.banned or any(c not in best for c in node.children):
-                continue  # banned, or a child lost its cost after this entry was queued
+            node = pop(queue)[2]
+            if node.id in banned:
+                continue
             # The node's DAG cost is at least its own plus its dearest child's (costs are >= 0):
             # when that cannot beat the class's best, skip merging the children's cost maps.
-            if node.eclass in best and best[node.eclass][0] <= node_cost[node.id] + max(
-                    (best[c][0] for c in node.children), default=0.0):
-                continue
-            costs: dict[str, float] = {}
+            floor = 0.0 if not node.children else None
             for child in node.children:
-                costs.update(best[child][1])
-            if node.eclass in costs:
-                continue  # the node needs its own class: a cycle
-            costs[node.eclass] = node_cost[node.id]
-            total = sum(costs.values())
-            if node.eclass in best and best[node.eclass][0] <= total:
-                continue
-            first = node.eclass not in best
-            best[node.eclass] = (total, costs, node)
-            for parent in self.parents.get(node.eclass, ()):
-                if first:
-                    self.waiting[parent.id] -= 1
-                if not self.waiting[parent.id] and parent.id not in self.banned:
-                    heapq.heappush(queue, (total, parent.id, parent))
+                entry = best.get(child)
+                if entry is None:
+                    break  # a child lost its cost after this entry was queued
+                if floor is None or entry[0] > floor:
+                    floor = entry[0]
+            else:
+                cls, own = node.eclass, node_cost[node.id]
+                current = best.get(cls)
+                if current is not None and current[0] <= own + floor:
+                    continue
+                costs: dict[str, float] = {}
+                for child in node.children:
+                    costs.update(best[child][1])
+                if cls in costs:
+                    continue  # the node needs its own class: a cycle
+                costs[cls] = own
+                total = sum(costs.values())
+                if current is not None and current[0] <= total:
+                    continue
+                best[cls] = (total, costs, node)
+                for parent in parents.get(cls, ()):
+                    pid = parent.id
+                    if current is None:
+                        waiting[pid] -= 1
+                    if not waiting[pid] and pid not in banned:
+                        push(queue, (total, pid, parent))
