@@ -4,13 +4,14 @@ of shapes and styles the optimizer was not tuned on, and how it grows.
 - Encoders written in plain jax.numpy, flax.linen and equinox (bench/models/encoders.py) over a
   family of shapes (hidden 256-1024, 4-16 heads, seq 64-512, batch 8), at 1 and 12 layers, their
   weights marked as weights, and the plain one also with them passed as ordinary arguments.
-- Small models of the Hugging Face zoo (bench/models/hf_zoo.py) as their users call them, through
+- Every model of the Hugging Face zoo (bench/models/hf_zoo.py) as its users call it, through
   torch.export and the check against PyTorch.
 - Matmul chains of 40, 80 and 160 products with dimensions drawn from {8, 16, 64, 256, 512},
   three seeds each; the 80-chains also under an unlimited search (the server's largest limits),
   whose estimate the default must reach within 1%.
-- Growth: the plain BERT-base encoder at 1-12 layers and the chains by length; the exponent is the
-  least-squares slope of log(time) against log(size) (1 = linear).
+- Growth: the plain BERT-base encoder at 1-12 layers (cut into its layers, each kind searched
+  once), the zoo's GPT-2 at 2, 4 and 8 layers (pre-LN, searched whole) and the chains by length;
+  the exponent is the least-squares slope of log(time) against log(size) (1 = linear).
 - Memory: the peak resident set of a server (its process and its workers) optimizing the 12-layer
   BERT-base encoder over HTTP.
 
@@ -24,6 +25,7 @@ bought with quality. Writes bench/results/speed.json and the README table betwee
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -52,6 +54,9 @@ REFERENCE = RESULTS_DIR / "speed_reference.json"
 ONE_LAYER_SHAPES = ((256, 4, 64), (512, 8, 512), (768, 12, 128), (1024, 16, 128), (768, 16, 64))
 TWELVE_LAYER_SHAPES = ((768, 12, 128), (512, 8, 64))
 LAYERS = (1, 2, 4, 8, 12)
+# Hugging Face GPT-2 (pre-LN: its residual stream feeds the next layer's normalization, so no cut
+# is one greedy fusion makes anyway, and it is searched whole) at several depths
+DECODER_LAYERS = (2, 4, 8)
 CHAIN_LENGTHS = (40, 80, 160)
 SEEDS = (0, 1, 2)
 CHAIN_DIMS = (8, 16, 64, 256, 512)
@@ -63,7 +68,7 @@ TARGETS_S = {"encoder, 1 layer": 1.5, "encoder, 12 layers": 10.0, "chain 40": No
 HUGGING_FACE = tuple(ZOO)
 RSS_LIMIT_BYTES = 2 * 2**30
 TINY = {"one": ((64, 4, 16),), "twelve": ((64, 4, 16),), "layers": (1, 2), "chains": (6, 12), "seeds": (0,),
-        "batch": 2, "hugging_face": ("bert",)}
+        "batch": 2, "hugging_face": ("bert",), "decoder_layers": (1, 2)}
 
 
 def random_chain(length: int, seed: int) -> tuple[Callable[..., Any], tuple, tuple]:
@@ -120,6 +125,16 @@ def hugging_face_rows(names: Sequence[str]) -> list[dict[str, Any]]:
         return lambda: optimize(model, **inputs)
 
     return [_timed(f"hf {name}", "hugging face", run(name)) for name in names]
+
+
+def decoder_depth_rows(depths: Sequence[int]) -> list[dict[str, Any]]:
+    """Hugging Face GPT-2 of the zoo at each depth, as its users call it."""
+    def run(layers: int):
+        gpt2 = ZOO["gpt2"]
+        model, inputs = dataclasses.replace(gpt2, config={**gpt2.config, "n_layer": layers}).build()
+        return lambda: optimize(model, **inputs)
+
+    return [_timed(f"hf gpt2 {n}L", "gpt2 depth", run(n)) for n in depths]
 
 
 def chain_rows(lengths: Sequence[int], seeds: Sequence[int]) -> list[dict[str, Any]]:
@@ -196,8 +211,10 @@ def table(result: dict[str, Any], meta: dict[str, Any]) -> str:
                      f"{'<= ' + fmt(s['target_s'], 'g') + ' s' if s['target_s'] else '-'} | "
                      f"{fmt(s['worst_vs_reference'], '.4f')} | {s['least_stages_share']:.3f} |")
     g, rss, unlimited = result["growth_exponent"], result["memory"], result["unlimited"]
+    decoder = ", ".join(f"{n}: {r['wall_s']:.2f} s" for n, r in zip(result["decoder_layers"], result["decoder_rows"]))
     lines += ["", f"Growth exponent (1 = linear): {fmt(g['layers'])} in encoder layers (plain BERT-base, "
-              f"{', '.join(map(str, result['layers']))} layers), {fmt(g['chain_length'])} in chain length.",
+              f"{', '.join(map(str, result['layers']))} layers), {fmt(g['chain_length'])} in chain length, "
+              f"{fmt(g['decoder_layers'])} in Hugging Face GPT-2 layers (searched whole; {decoder}).",
               f"80-chains at default settings against an unlimited search ({UNLIMITED}): worst estimate ratio "
               f"{fmt(unlimited['worst_ratio'], '.4f')}.",
               f"Peak resident memory of the server optimizing the 12-layer encoder: "
@@ -225,7 +242,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     shapes = TINY if args.tiny else {"one": ONE_LAYER_SHAPES, "twelve": TWELVE_LAYER_SHAPES, "layers": LAYERS,
                                      "chains": CHAIN_LENGTHS, "seeds": SEEDS, "batch": 8,
-                                     "hugging_face": HUGGING_FACE}
+                                     "hugging_face": HUGGING_FACE, "decoder_layers": DECODER_LAYERS}
     bert = (768, 12, 128) if not args.tiny else shapes["one"][0]
     measure("warm-up", "warm-up", encoder("plain", 1, 64, 4, 16, 2))
     warm_up(pipeline.optimize)  # as a server's worker starts; each in-process request freezes the heap it finds
@@ -236,6 +253,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return {"rows": rows}
     layer_rows = [measure(f"plain {n}L bert-base", "layers", encoder("plain", n, *bert, shapes["batch"]))
                   for n in shapes["layers"]]
+    decoder_rows = decoder_depth_rows(shapes["decoder_layers"])
     middle = shapes["chains"][len(shapes["chains"]) // 2]
     unlimited = [measure(f"chain {middle} seed {s}, unlimited", "unlimited", random_chain(middle, s), UNLIMITED)
                  for s in shapes["seeds"]]
@@ -244,9 +262,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     chains = [r for r in rows if r["group"].startswith("chain")]
     reference = json.loads(REFERENCE.read_text())["estimates_s"] if REFERENCE.exists() and not args.tiny else {}
     result = {"rows": rows, "summary": summarize(rows, reference), "layers": list(shapes["layers"]),
-              "layer_rows": layer_rows, "unlimited": {"rows": unlimited, "ratios": ratios, "worst_ratio": max(ratios)},
+              "layer_rows": layer_rows, "decoder_layers": list(shapes["decoder_layers"]), "decoder_rows": decoder_rows,
+              "unlimited": {"rows": unlimited, "ratios": ratios, "worst_ratio": max(ratios)},
               "growth_exponent": {
                   "layers": growth_exponent(shapes["layers"], [r["wall_s"] for r in layer_rows]),
+                  "decoder_layers": growth_exponent(shapes["decoder_layers"], [r["wall_s"] for r in decoder_rows]),
                   "chain_length": growth_exponent([int(r["group"].split()[1]) for r in chains],
                                                   [r["wall_s"] for r in chains])},
               "memory": server_peak_rss(encoder("plain", shapes["layers"][-1], *bert, shapes["batch"])),
