@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bench.models.encoders import STYLES, encoder
-from bench.models.hf_zoo import ZOO
+from bench.models.hf_zoo import ZOO, ZooModel
 from bench.report import RESULTS_DIR, machine, machine_line, publish, write_json
 from service.client import optimize
 from service.http.devserver import running_server
@@ -117,24 +117,23 @@ def encoder_rows(shapes: Sequence[tuple[int, int, int]], layers: int, batch: int
     return rows
 
 
-def hugging_face_rows(names: Sequence[str]) -> list[dict[str, Any]]:
-    """Models of the Hugging Face zoo (bench/models/hf_zoo.py) as their users call them: capture
-    through torch.export, the check against PyTorch and the callable included."""
-    def run(name: str):
-        model, inputs = ZOO[name].build()
-        return lambda: optimize(model, **inputs)
+def _zoo_row(key: str, group: str, zoo_model: ZooModel) -> dict[str, Any]:
+    """One Hugging Face model as its users call it: capture through torch.export, the check
+    against PyTorch and the callable included."""
+    model, inputs = zoo_model.build()
+    return _timed(key, group, lambda: optimize(model, **inputs))
 
-    return [_timed(f"hf {name}", "hugging face", run(name)) for name in names]
+
+def hugging_face_rows(names: Sequence[str]) -> list[dict[str, Any]]:
+    """Models of the Hugging Face zoo (bench/models/hf_zoo.py)."""
+    return [_zoo_row(f"hf {name}", "hugging face", ZOO[name]) for name in names]
 
 
 def decoder_depth_rows(depths: Sequence[int]) -> list[dict[str, Any]]:
-    """Hugging Face GPT-2 of the zoo at each depth, as its users call it."""
-    def run(layers: int):
-        gpt2 = ZOO["gpt2"]
-        model, inputs = dataclasses.replace(gpt2, config={**gpt2.config, "n_layer": layers}).build()
-        return lambda: optimize(model, **inputs)
-
-    return [_timed(f"hf gpt2 {n}L", "gpt2 depth", run(n)) for n in depths]
+    """The zoo's GPT-2 at each depth."""
+    gpt2 = ZOO["gpt2"]
+    return [_zoo_row(f"hf gpt2 {n}L", "gpt2 depth", dataclasses.replace(gpt2, config={**gpt2.config, "n_layer": n}))
+            for n in depths]
 
 
 def chain_rows(lengths: Sequence[int], seeds: Sequence[int]) -> list[dict[str, Any]]:

@@ -165,12 +165,12 @@ class _Greedy:
                 continue
             # The node's DAG cost is at least its own plus its dearest child's (costs are >= 0):
             # when that cannot beat the class's best, skip merging the children's cost maps.
-            floor = 0.0 if not node.children else None
+            floor = 0.0
             for child in node.children:
                 entry = best.get(child)
                 if entry is None:
                     break  # a child lost its cost after this entry was queued
-                if floor is None or entry[0] > floor:
+                if entry[0] > floor:
                     floor = entry[0]
             else:
                 cls, own = node.eclass, node_cost[node.id]
