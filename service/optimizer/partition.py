@@ -1,6 +1,8 @@
-"""Piecewise search of programs that repeat themselves (an encoder's layers): the program is cut
-where a single value is live, pieces of the same structure are searched once, and the results are
-stitched back, renamed per piece.
+"""Piecewise search of programs that repeat themselves (an encoder's or a decoder's layers): the
+program is cut where a few values are live, each of which ends its kernel anyway (a pre-norm
+decoder's residual stream is carried past its normalization, not cut before it), pieces of the
+same structure are searched once, and the results are stitched back, renamed per piece. Values
+made from literals alone (a causal mask) are recomputed by each piece that reads them.
 
 Cutting loses only what a rewrite or a kernel could gain across a cut. Merges are the rewrites that
 span far (two GEMMs sharing an operand), so a program is cut only when no program input is a GEMM
@@ -16,6 +18,8 @@ from typing import Any
 
 from costmodel.extract import Extraction
 from costmodel.kernel_cost import VIEW_OPS, ResourceTimes
+from costmodel.key_blocking import Step, attention_groups
+from lowering.kernels import avals_of
 from lowering.regions import region_signature
 from rewrites.schedule import SaturationReport
 from service.optimizer.search import FLOOR_RESOURCES, EGraphFloor, Search
@@ -23,6 +27,7 @@ from wire.primitives import GEMMS
 
 MIN_PROGRAM_EQNS = 200  # smaller programs search whole in well under a second
 MIN_PIECE_EQNS = 20  # cuts closer than this are merged: tiny pieces lose fusion for nothing
+MAX_LIVE = 6  # values live across a cut: the residual stream, its normalization, masks, position tables
 LAYOUT_OPS = VIEW_OPS | {"transpose", "convert_element_type"}  # a GEMM operand seen through these is its source
 
 
@@ -77,9 +82,11 @@ def _layout_sources(eqns: list[dict[str, Any]]) -> dict[str, str]:
 
 
 def _cuts(program: dict[str, Any]) -> list[int]:
-    """Equation indices a piece may start at: one value live across, no consumer of it that greedy
-    fusion would put in its producer's kernel, pieces >= MIN_PIECE_EQNS."""
+    """Equation indices a piece may start at: at most MAX_LIVE values live across, no later reader
+    of one that greedy fusion would put in its producer's kernel, not inside an attention, pieces
+    >= MIN_PIECE_EQNS."""
     eqns, outputs = program["eqns"], {o for o in program["outputs"] if isinstance(o, str)}
+    constant = constant_values(program)
     last_use: dict[str, int] = {}
     readers: dict[str, list[int]] = {}
     for i, e in enumerate(eqns):
@@ -91,29 +98,37 @@ def _cuts(program: dict[str, Any]) -> list[int]:
     # an activation is live from its first read to its last (a residual input: across its layer), as a
     # layer's output would be; an input read at one place (a weight, marked or not) never spans a cut
     activations = {s["name"] for s in program["inputs"] if s.get("role") != "weight"}
+    per_call = set(activations)  # what depends on an activation; the rest is precomputed or constant
+    for e in eqns:
+        if any(a in per_call for a in e["in"] if isinstance(a, str)):
+            per_call.update(o["name"] for o in e["out"])
+    # an attention's two products may share a (key-blocked) kernel whatever the profile: never cut between
+    within_attention = {c for group in attention_groups([Step.of(e) for e in eqns], avals_of(program))
+                        for c in range(min(group) + 1, max(group) + 1)}
     live: set[str] = set()
     cuts, previous = [], 0
     for i, e in enumerate(eqns):
         live |= {a for a in e["in"] if isinstance(a, str) and a in activations}
         live -= {a for a in e["in"] if isinstance(a, str) and last_use[a] == i}
-        live |= {o["name"] for o in e["out"] if o["name"] in outputs or last_use.get(o["name"], i) > i}
-        if len(live) == 1 and i + 1 - previous >= MIN_PIECE_EQNS and len(eqns) - (i + 1) >= MIN_PIECE_EQNS \
-                and _ends_a_kernel(next(iter(live)), i, eqns, readers, produced_at):
+        live |= {o["name"] for o in e["out"]
+                 if o["name"] not in constant and (o["name"] in outputs or last_use.get(o["name"], i) > i)}
+        if len(live) <= MAX_LIVE and i + 1 not in within_attention and i + 1 - previous >= MIN_PIECE_EQNS and len(eqns) - (i + 1) >= MIN_PIECE_EQNS \
+                and all(_ends_a_kernel(value, i + 1, eqns, readers, produced_at, per_call) for value in live):
             cuts.append(previous := i + 1)
     return cuts
 
 
 def _ends_a_kernel(value: str, cut: int, eqns: list[dict], readers: dict[str, list[int]],
-                   produced_at: dict[str, int]) -> bool:
+                   produced_at: dict[str, int], per_call: set[str]) -> bool:
     """Whether greedy fusion would end `value`'s kernel anyway: each reader (seen through views)
-    is a GEMM, which starts a kernel, or also reads a value computed after the cut (not a view of
-    an input), whose kernel it would join instead."""
+    is a GEMM, which starts a kernel, or also reads a value computed per call after the cut (not a
+    view of an input; not a weight's gather, which is precomputed), whose kernel it would join."""
     def computed_after_cut(name: str) -> bool:
         while isinstance(name, str) and name in produced_at and eqns[produced_at[name]]["op"] in VIEW_OPS:
             name = eqns[produced_at[name]]["in"][0]
-        return isinstance(name, str) and produced_at.get(name, -1) >= cut  # a view of a literal: no
+        return isinstance(name, str) and name in per_call and produced_at.get(name, -1) >= cut  # a literal: no
 
-    stack = list(readers.get(value, []))
+    stack = [r for r in readers.get(value, []) if r >= cut]  # earlier readers share the producer's piece
     while stack:
         e = eqns[stack.pop()]
         if e["op"] in VIEW_OPS:
@@ -124,14 +139,42 @@ def _ends_a_kernel(value: str, cut: int, eqns: list[dict], readers: dict[str, li
     return True
 
 
+def constant_values(program: dict[str, Any]) -> set[str]:
+    """Values computed from literals and consts alone (a causal mask from iotas), program outputs
+    aside. They are the same on every call and free per call under every profile, so they are
+    never live across a cut: a piece that reads one computes it itself."""
+    constant = {c["name"] for c in program.get("consts", [])}
+    for e in program["eqns"]:
+        if all(a in constant for a in e["in"] if isinstance(a, str)):
+            constant.update(o["name"] for o in e["out"])
+    return constant - {o for o in program["outputs"] if isinstance(o, str)}
+
+
+def _definitions(eqns: list[dict[str, Any]], names: list[str]) -> list[dict[str, Any]]:
+    """The equations that compute `names` from what they read, transitively, in program order."""
+    producer = {o["name"]: i for i, e in enumerate(eqns) for o in e["out"]}
+    needed: set[int] = set()
+    stack = [n for n in names if n in producer]
+    while stack:
+        i = producer[stack.pop()]
+        if i not in needed:
+            needed.add(i)
+            stack.extend(a for a in eqns[i]["in"] if isinstance(a, str) and a in producer)
+    return [eqns[i] for i in sorted(needed)]
+
+
 def _piece(program: dict[str, Any], start: int, stop: int) -> Piece:
-    eqns = program["eqns"][start:stop]
+    constant = constant_values(program)
+    own = program["eqns"][start:stop]
+    produced = {o["name"] for e in own for o in e["out"]}
+    recomputed = [a for e in own for a in e["in"] if isinstance(a, str) and a in constant and a not in produced]
+    eqns = _definitions(program["eqns"][:start], recomputed) + own
     specs = {s["name"]: s for s in program["inputs"]}
     specs.update((o["name"], o) for e in program["eqns"][:start] for o in e["out"])
     consts = {c["name"]: c for c in program.get("consts", [])}
     produced = {o["name"] for e in eqns for o in e["out"]}
     read = list(dict.fromkeys(a for e in eqns for a in e["in"] if isinstance(a, str) and a not in produced))
-    later = {a for e in program["eqns"][stop:] for a in e["in"] if isinstance(a, str)}
+    later = {a for e in program["eqns"][stop:] for a in e["in"] if isinstance(a, str) and a not in constant}
     later |= {o for o in program["outputs"] if isinstance(o, str)}
     outputs = [o["name"] for e in eqns for o in e["out"] if o["name"] in later]
     inputs = [n for n in read if n not in consts]

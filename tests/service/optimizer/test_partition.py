@@ -37,9 +37,15 @@ def test_an_encoder_is_cut_into_repeated_pieces_that_each_end_a_kernel(encoder):
     assert len({p.signature for p in pieces}) <= 3  # one or two kinds per layer, plus the first
     assert [p.start for p in pieces[1:]] == [p.stop for p in pieces[:-1]]
     assert pieces[0].start == 0 and pieces[-1].stop == len(program["eqns"])
-    for piece in pieces[1:]:  # each cut value is read by GEMMs or joins a later kernel
-        (value,) = [n for n in piece.inputs if n not in {s["name"] for s in program["inputs"]}]
-        assert any(e["op"] == "dot_general" for e in program["eqns"][piece.start:piece.stop] if value in e["in"])
+    inputs = {s["name"] for s in program["inputs"]}
+    for piece in pieces[1:]:  # each value carried across a cut is read by GEMMs or joins a later kernel
+        eqns = program["eqns"][piece.start:piece.stop]
+        made_here = {o["name"] for e in eqns for o in e["out"]}
+        carried = [n for n in piece.inputs if n not in inputs]
+        assert carried
+        for value in carried:
+            for e in (e for e in eqns if value in e["in"]):
+                assert e["op"] in ("dot_general", "reshape", "transpose") or made_here & set(e["in"]), e["op"]
 
 
 def test_the_stitched_search_is_the_whole_programs_and_computes_the_same(encoder):
@@ -53,7 +59,9 @@ def test_the_stitched_search_is_the_whole_programs_and_computes_the_same(encoder
     whole = search(program, profile, options, timings)
     assert stitched.pieces["searched"] < stitched.pieces["pieces"]
     estimate = lambda s: build_kernel_program(s.candidate, profile, groups=s.groups).total.time_s
-    assert estimate(stitched) == pytest.approx(estimate(whole), rel=1e-6)
+    # nothing is lost at a cut; a piece's small e-graph may even be extracted exactly where the
+    # whole program's is left to greedy
+    assert estimate(stitched) <= estimate(whole) * (1 + 1e-9)
     x = jax.tree.leaves(args)
     for want, got in zip(program_to_callable(program)(*x), program_to_callable(stitched.candidate)(*x)):
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-5)
@@ -72,7 +80,7 @@ def test_an_encoder_called_without_weight_roles_is_cut_alike_and_stitched_to_the
     stitched = search_pieces(program, pieces, lambda piece: search(piece, profile, options, timings))
     whole = search(program, profile, options, timings)
     estimate = lambda s: build_kernel_program(s.candidate, profile, groups=s.groups).total.time_s
-    assert estimate(stitched) == pytest.approx(estimate(whole), rel=1e-6)
+    assert estimate(stitched) <= estimate(whole) * (1 + 1e-9)  # nothing lost at a cut (see above)
 
 
 def test_the_stitched_floor_adds_each_piece_s_floor_once_per_place_it_runs(encoder):
@@ -191,3 +199,72 @@ def test_a_cut_whose_reader_also_reads_a_broadcast_literal_is_weighed_not_a_cras
     assert len(program["eqns"]) >= partition.MIN_PROGRAM_EQNS
     assert find_pieces(program) is None  # the product would join the tanh's kernel: no cut there
     assert optimize(program)["validation"]["status"] in ("passed", "identical")
+
+
+def _pre_ln_decoder(layers: int, hidden: int = 32, heads: int = 4, seq: int = 8, batch: int = 2):
+    """A GPT-style decoder as people write it in plain JAX: each layer normalizes the residual
+    stream before its attention and its MLP, and the causal mask is built from iotas."""
+    rng = np.random.default_rng(0)
+    w = lambda *shape: (rng.normal(size=shape) / np.sqrt(shape[0])).astype(np.float32)
+    params = [{"qkv": w(hidden, 3 * hidden), "out": w(hidden, hidden), "up": w(hidden, 4 * hidden),
+               "down": w(4 * hidden, hidden), "g1": np.ones(hidden, np.float32), "g2": np.ones(hidden, np.float32)}
+              for _ in range(layers)]
+
+    def norm(x, g):
+        mean = x.mean(-1, keepdims=True)
+        return (x - mean) * jax.lax.rsqrt(((x - mean) ** 2).mean(-1, keepdims=True) + 1e-5) * g
+
+    def decoder(x, params):
+        causal = jnp.arange(seq)[:, None] >= jnp.arange(seq)[None, :]
+        split = lambda t: t.reshape(batch, seq, heads, hidden // heads).transpose(0, 2, 1, 3)
+        for p in params:
+            q, k, v = jnp.split(norm(x, p["g1"]) @ p["qkv"], 3, axis=-1)
+            scores = jnp.where(causal, split(q) @ split(k).transpose(0, 1, 3, 2), -jnp.inf)
+            attended = (jax.nn.softmax(scores, axis=-1) @ split(v)).transpose(0, 2, 1, 3)
+            x = x + attended.reshape(batch, seq, hidden) @ p["out"]
+            x = x + jax.nn.gelu(norm(x, p["g2"]) @ p["up"]) @ p["down"]
+        return x
+
+    return decoder, (rng.normal(size=(batch, seq, hidden)).astype(np.float32), params)
+
+
+def test_a_pre_norm_decoder_is_cut_after_each_normalization_and_stitched_to_the_whole_programs_estimate():
+    """The residual stream feeds the next normalization, which greedy fusion puts in the stream's
+    kernel: a cut goes after the normalization, with both live across it. The causal mask depends on
+    no input: each piece computes it, so it is never live across a cut."""
+    fn, args = _pre_ln_decoder(6)
+    program = capture(fn, *args, weight_argnums=(1,))
+    pieces = find_pieces(program)
+    assert pieces is not None and len(pieces) > 6 and len({p.signature for p in pieces}) < len(pieces) / 2
+    inputs = {s["name"] for s in program["inputs"]}
+    produced_at = {o["name"]: i for i, e in enumerate(program["eqns"]) for o in e["out"]}
+    for piece in pieces[1:]:
+        carried = [n for n in piece.inputs if n not in inputs]
+        assert 1 <= len(carried) <= partition.MAX_LIVE
+        for name in carried:  # no value crosses a cut into a reduction that reads it alone
+            assert program["eqns"][produced_at[name]]["op"] not in ("iota", "ge")
+        assert not any(e["op"].startswith("reduce") and set(e["in"]) <= set(carried)
+                       for e in program["eqns"][piece.start:piece.stop])
+    profile = with_overrides(PROFILE, {"kernel.max_gemms": 1})
+    options, timings = OptimizeOptions(), {}
+    stitched = search_pieces(program, pieces, lambda piece: search(piece, profile, options, timings))
+    whole = search(program, profile, options, timings)
+    assert stitched.pieces["searched"] < stitched.pieces["pieces"] / 2
+    estimate = lambda s: build_kernel_program(s.candidate, profile, groups=s.groups).total.time_s
+    assert estimate(stitched) == pytest.approx(estimate(whole), rel=1e-6)
+    x = jax.tree.leaves(args)
+    (want,), (got,) = program_to_callable(program)(*x), program_to_callable(stitched.candidate)(*x)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-5)
+
+
+def test_values_made_from_literals_alone_are_constant_unless_the_program_returns_them():
+    def f(x):
+        mask = jnp.arange(4)[:, None] >= jnp.arange(4)[None, :]
+        scale = jnp.full((4, 4), 2.0)
+        return jnp.where(mask, x * scale, 0.0), scale
+    program = capture(f, np.ones((4, 4), np.float32))
+    constant = partition.constant_values(program)
+    ops = {o["name"]: e["op"] for e in program["eqns"] for o in e["out"]}
+    assert {ops[n] for n in constant} >= {"iota", "ge"}
+    assert not any(ops[n] in ("mul", "select_n") for n in constant)  # they read the input
+    assert not constant & set(program["outputs"])  # the returned scale is computed where it is
