@@ -187,6 +187,14 @@ def _piece(program: dict[str, Any], start: int, stop: int) -> Piece:
                  region_signature(sub) + repr(roles))
 
 
+def checked_apart(pieces: list[Piece]) -> bool:
+    """Whether validating each distinct piece costs less than validating the whole program: each
+    check compiles and runs its programs, so it does when the distinct pieces hold under half of
+    the program's equations (an encoder's alike layers), not when most pieces are one of a kind."""
+    distinct = {p.signature: p.stop - p.start for p in pieces}
+    return 2 * sum(distinct.values()) < pieces[-1].stop
+
+
 def search_pieces(program: dict[str, Any], pieces: list[Piece], search_one: Callable[[dict], Search]) -> Search:
     """Search each distinct piece once and stitch the results into one Search of `program`."""
     done: dict[str, tuple[Piece, Search]] = {}

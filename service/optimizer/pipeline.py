@@ -27,7 +27,7 @@ from service.optimizer.control_flow import nested_program_count, optimize_nested
 from service.optimizer.loop_hoist import hoist_scan_projections, scan_projections
 from service.optimizer.loop_invariants import tidy_loops
 from service.optimizer.options import OptimizeOptions
-from service.optimizer.partition import find_pieces, search_pieces
+from service.optimizer.partition import checked_apart, find_pieces, search_pieces
 from service.optimizer.progress import stage
 from service.optimizer.request_key import canonical_request_id
 from service.optimizer.response import typed
@@ -78,7 +78,10 @@ def _optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | 
         options = options.model_copy(update={"time_limit_s": remaining})
     with stage(timings, "partition"):
         pieces = find_pieces(nested) if options.rules else None
-    overlap = options.validate_result and pieces is None  # a piecewise search has no early algebraic optimum
+    # pieces that repeat are checked one distinct piece at a time; otherwise the whole program is
+    # checked, its inputs drawn beside the search
+    by_piece = pieces is not None and nested == program and checked_apart(pieces)
+    overlap = options.validate_result and not by_piece
     background: dict[str, float] = {}  # work beside the stages, not part of their sum
     with BackgroundValidation(program, options.fp_mode, background) if overlap else nullcontext() as early:
         if pieces is None:
@@ -90,6 +93,8 @@ def _optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | 
             found = search_pieces(nested, pieces, lambda piece: search(
                 piece, profile, piece_options, timings, alternatives=[_simplified(piece, piece_options)],
                 extra_rules=extra_rules))
+            if early is not None and found.cycle is None:
+                early.start(found.algebraic)  # checked while the stitched program is grouped and lowered
         with stage(timings, "lower"):
             naive = build_kernel_program(program, profile, NAIVE)
             baseline = baseline_kernels(written, profile)
@@ -102,7 +107,7 @@ def _optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | 
                 validation = {"status": "skipped", "max_rel_error": None, "trials": 0, "reason": "validation turned off by the request"}
             elif early is not None:
                 validation = early.result_for(candidate)
-            elif candidate is found.candidate and found.searched_pieces and nested == program:
+            elif candidate is found.candidate and by_piece:
                 validation = validate_pieces(program, candidate, found.searched_pieces, options.fp_mode)
             else:
                 validation = validate(program, candidate, options.fp_mode)

@@ -268,3 +268,14 @@ def test_values_made_from_literals_alone_are_constant_unless_the_program_returns
     assert {ops[n] for n in constant} >= {"iota", "ge"}
     assert not any(ops[n] in ("mul", "select_n") for n in constant)  # they read the input
     assert not constant & set(program["outputs"])  # the returned scale is computed where it is
+
+
+def test_repeated_pieces_are_validated_apart_and_mostly_distinct_ones_as_the_whole_program():
+    """Each check compiles its programs: three layers cut into mostly one-of-a-kind pieces are
+    cheaper to check whole (its inputs drawn beside the search), six alike ones a piece at a time."""
+    three, six = (capture(fn, *args, weight_argnums=(1,)) for fn, args in map(_pre_ln_decoder, (3, 6)))
+    assert not partition.checked_apart(find_pieces(three)) and partition.checked_apart(find_pieces(six))
+    whole, apart = optimize(three), optimize(six)
+    assert whole["report"]["partition"]["searched"] < whole["report"]["partition"]["pieces"]
+    assert whole["validation"]["status"] == "passed" and whole["validation"]["criterion"] != "pieces"
+    assert apart["validation"]["status"] == "passed" and apart["validation"]["criterion"] == "pieces"
