@@ -52,12 +52,15 @@ def find_pieces(program: dict[str, Any]) -> list[Piece] | None:
     eqns = program["eqns"]
     if len(eqns) < MIN_PROGRAM_EQNS:
         return None
-    bounds = _cuts(program)
-    if len(bounds) < 3:
-        return None
-    pieces = [_piece(program, start, stop) for start, stop in zip([0, *bounds], [*bounds, len(eqns)])]
-    signatures = [p.signature for p in pieces]
-    if len(set(signatures)) == len(signatures):
+    constant = constant_values(program)
+    # each cut may break a chain of GEMMs where kernels hold several: carry one value where that
+    # repeats (a post-norm encoder's layer output), more only where it does not (a pre-norm decoder)
+    for max_live in (1, MAX_LIVE):
+        bounds = _cuts(program, constant, max_live)
+        pieces = [_piece(program, start, stop, constant) for start, stop in zip([0, *bounds], [*bounds, len(eqns)])]
+        if len(bounds) >= 3 and len({p.signature for p in pieces}) < len(pieces):
+            break
+    else:
         return None  # nothing repeats: one search of the whole does as well
     gemm_inputs: dict[str, int] = {}
     inputs = {s["name"] for s in program["inputs"]}
@@ -81,12 +84,11 @@ def _layout_sources(eqns: list[dict[str, Any]]) -> dict[str, str]:
     return source
 
 
-def _cuts(program: dict[str, Any]) -> list[int]:
-    """Equation indices a piece may start at: at most MAX_LIVE values live across, no later reader
+def _cuts(program: dict[str, Any], constant: set[str], max_live: int) -> list[int]:
+    """Equation indices a piece may start at: at most `max_live` values live across, no later reader
     of one that greedy fusion would put in its producer's kernel, not inside an attention, pieces
     >= MIN_PIECE_EQNS."""
     eqns, outputs = program["eqns"], {o for o in program["outputs"] if isinstance(o, str)}
-    constant = constant_values(program)
     last_use: dict[str, int] = {}
     readers: dict[str, list[int]] = {}
     for i, e in enumerate(eqns):
@@ -112,7 +114,8 @@ def _cuts(program: dict[str, Any]) -> list[int]:
         live -= {a for a in e["in"] if isinstance(a, str) and last_use[a] == i}
         live |= {o["name"] for o in e["out"]
                  if o["name"] not in constant and (o["name"] in outputs or last_use.get(o["name"], i) > i)}
-        if len(live) <= MAX_LIVE and i + 1 not in within_attention and i + 1 - previous >= MIN_PIECE_EQNS and len(eqns) - (i + 1) >= MIN_PIECE_EQNS \
+        if len(live) <= max_live and i + 1 not in within_attention \
+                and i + 1 - previous >= MIN_PIECE_EQNS and len(eqns) - (i + 1) >= MIN_PIECE_EQNS \
                 and all(_ends_a_kernel(value, i + 1, eqns, readers, produced_at, per_call) for value in live):
             cuts.append(previous := i + 1)
     return cuts
@@ -163,8 +166,7 @@ def _definitions(eqns: list[dict[str, Any]], names: list[str]) -> list[dict[str,
     return [eqns[i] for i in sorted(needed)]
 
 
-def _piece(program: dict[str, Any], start: int, stop: int) -> Piece:
-    constant = constant_values(program)
+def _piece(program: dict[str, Any], start: int, stop: int, constant: set[str]) -> Piece:
     own = program["eqns"][start:stop]
     produced = {o["name"] for e in own for o in e["out"]}
     recomputed = [a for e in own for a in e["in"] if isinstance(a, str) and a in constant and a not in produced]
