@@ -123,9 +123,10 @@ def _cuts(program: dict[str, Any], constant: set[str], max_live: int) -> list[in
 
 def _ends_a_kernel(value: str, cut: int, eqns: list[dict], readers: dict[str, list[int]],
                    produced_at: dict[str, int], per_call: set[str]) -> bool:
-    """Whether greedy fusion would end `value`'s kernel anyway: each reader (seen through views)
-    is a GEMM, which starts a kernel, or also reads a value computed per call after the cut (not a
-    view of an input; not a weight's gather, which is precomputed), whose kernel it would join."""
+    """Whether greedy fusion would end `value`'s kernel anyway: each later reader (seen through
+    views) is a GEMM, which starts a kernel once `value`'s own kernel holds one, or also reads a
+    value computed per call after the cut (not a view of an input; not a weight's gather, which is
+    precomputed), whose kernel it would join."""
     def computed_after_cut(name: str) -> bool:
         while isinstance(name, str) and name in produced_at and eqns[produced_at[name]]["op"] in VIEW_OPS:
             name = eqns[produced_at[name]]["in"][0]
@@ -136,10 +137,29 @@ def _ends_a_kernel(value: str, cut: int, eqns: list[dict], readers: dict[str, li
         e = eqns[stack.pop()]
         if e["op"] in VIEW_OPS:
             stack.extend(readers.get(e["out"][0]["name"], []))
-        elif e["op"] not in GEMMS and not any(isinstance(a, str) and a != value and computed_after_cut(a)
-                                               for a in e["in"]):
+        elif e["op"] in GEMMS:
+            if not _computed_after_a_gemm(value, eqns, produced_at):
+                return False  # the GEMM's kernel may take the work before it as a prologue
+        elif not any(isinstance(a, str) and a != value and computed_after_cut(a) for a in e["in"]):
             return False
     return True
+
+
+def _computed_after_a_gemm(value: str, eqns: list[dict], produced_at: dict[str, int]) -> bool:
+    """Whether the work computing `value` reaches back to a GEMM (whose kernel it shares, so a later
+    GEMM starts a kernel of its own) rather than only to the program's inputs (a first layer's
+    normalization of its input, which a GEMM's kernel may open with)."""
+    stack, seen = [value], set()
+    while stack:
+        name = stack.pop()
+        if name in seen or name not in produced_at:
+            continue
+        seen.add(name)
+        e = eqns[produced_at[name]]
+        if e["op"] in GEMMS:
+            return True
+        stack.extend(a for a in e["in"] if isinstance(a, str))
+    return False
 
 
 def constant_values(program: dict[str, Any]) -> set[str]:
