@@ -248,8 +248,6 @@ def test_a_pre_norm_decoder_is_cut_after_each_normalization_and_stitched_to_the_
         assert not any(e["op"].startswith("reduce") and set(e["in"]) <= set(carried)
                        for e in program["eqns"][piece.start:piece.stop])
     assert widest >= 2  # the stream and its normalized copy
-    # the first layer normalizes the input itself, which its first GEMM's kernel may open with: no cut between
-    assert any(e["op"] == "dot_general" for e in program["eqns"][pieces[0].start:pieces[0].stop])
     profile = with_overrides(PROFILE, {"kernel.max_gemms": 1})
     options, timings = OptimizeOptions(), {}
     stitched = search_pieces(program, pieces, lambda piece: search(piece, profile, options, timings))
@@ -284,3 +282,17 @@ def test_repeated_pieces_are_validated_apart_and_mostly_distinct_ones_as_the_who
     assert whole["report"]["partition"]["searched"] < whole["report"]["partition"]["pieces"]
     assert whole["validation"]["status"] == "passed" and whole["validation"]["criterion"] != "pieces"
     assert apart["validation"]["status"] == "passed" and apart["validation"]["criterion"] == "pieces"
+
+
+def test_no_cut_falls_between_a_normalization_of_the_input_and_the_gemm_whose_kernel_may_open_with_it(monkeypatch):
+    """Later layers normalize what a GEMM's kernel wrote, so their next GEMM starts a kernel; the
+    first normalizes the program's input, which that GEMM's kernel may take as a prologue."""
+    monkeypatch.setattr(partition, "MIN_PIECE_EQNS", 5)  # a cut right after the first normalization is long enough
+    fn, args = _pre_ln_decoder(6)
+    program = capture(fn, *args, weight_argnums=(1,))
+    pieces = find_pieces(program)
+    ops = [e["op"] for e in program["eqns"]]
+    first_norm, first_gemm = ops.index("reduce_sum"), ops.index("dot_general")
+    assert pieces is not None and not any(first_norm < p.start <= first_gemm for p in pieces)
+    later_gemms = [i for i, op in enumerate(ops) if op == "dot_general" and i > first_gemm]
+    assert any(p.start in later_gemms for p in pieces)  # later layers' normalizations are cut after
