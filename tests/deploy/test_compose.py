@@ -93,5 +93,8 @@ def test_compose_on_the_host_network_completes_jobs_and_a_killed_worker_containe
     assert _job(api, program) == job_id
     assert _finished(api, job_id)["state"] == "succeeded"
     second = api.get(f"/v1/jobs/{job_id}/result").json()
-    assert second["estimate"] == first["estimate"] and second["program"] == first["program"]
+    # not the lower bound, which also floors the searched candidate (the algebra's exact extraction of
+    # a long sum stops at its time cap)
+    returned = lambda estimate: {k: v for k, v in estimate.items() if k not in ("lower_bound", "optimized_over_bound")}
+    assert returned(second["estimate"]) == returned(first["estimate"]) and second["program"] == first["program"]
     assert _finished(api, _job(api, sum_program(6, 32)))["state"] == "succeeded"  # the stack still serves

@@ -28,6 +28,11 @@ STEADY = {"time_limit_s": 60, "iter_limit": 3, "node_limit": 200_000}
 LONG = {"time_limit_s": 40, "iter_limit": 100, "node_limit": 200_000, "extraction": "ilp"}
 
 
+def returned(estimate: dict) -> dict:
+    """An estimate's figures for the returned program (its lower bound also floors the searched one)."""
+    return {k: v for k, v in estimate.items() if k not in ("lower_bound", "optimized_over_bound")}
+
+
 def queue_env(queue_url: str, tmp_path) -> dict[str, str]:
     return {"OPTU_QUEUE_URL": queue_url, "OPTU_QUEUE_VISIBILITY_TIMEOUT_S": VISIBILITY_S, "OPTU_WORKERS": "0",
             "OPTU_CACHE_DIR": str(tmp_path / "cache"), "TMPDIR": str(tmp_path)}  # heartbeat files stay here
@@ -93,7 +98,9 @@ def test_a_worker_killed_mid_job_loses_nothing_another_finishes_it_with_the_same
     result = api.get(f"/v1/jobs/{job_id}/result").json()
     assert result["id"] == job_id and result["validation"]["status"] in VALIDATED
     alone = pipeline.optimize(program, None, STEADY)  # what an uninterrupted run computes
-    assert [result[k] for k in ("estimate", "kernels")] == [alone[k] for k in ("estimate", "kernels")]
+    # the returned program's estimates and kernels; not its lower bound, which also floors the
+    # searched candidate, and the algebra's exact extraction of a long sum stops at its time cap
+    assert [returned(result["estimate"]), result["kernels"]] == [returned(alone["estimate"]), alone["kernels"]]
     assert [result["program"][k] for k in ("eqns", "outputs")] == [alone["program"][k] for k in ("eqns", "outputs")]
     # the same request is the same job, answered at once
     again = api.post("/v1/jobs", json={"program": program, "options": STEADY}).json()
