@@ -19,7 +19,7 @@ from typing import Any
 from costmodel.extract import Extraction
 from costmodel.kernel_cost import VIEW_OPS, ResourceTimes
 from costmodel.key_blocking import Step, attention_groups
-from lowering.kernels import avals_of
+from lowering.kernels import avals_of, static_names
 from lowering.regions import region_signature
 from rewrites.schedule import SaturationReport
 from service.optimizer.search import FLOOR_RESOURCES, EGraphFloor, Search
@@ -100,10 +100,7 @@ def _cuts(program: dict[str, Any], constant: set[str], max_live: int) -> list[in
     # an activation is live from its first read to its last (a residual input: across its layer), as a
     # layer's output would be; an input read at one place (a weight, marked or not) never spans a cut
     activations = {s["name"] for s in program["inputs"] if s.get("role") != "weight"}
-    per_call = set(activations)  # what depends on an activation; the rest is precomputed or constant
-    for e in eqns:
-        if any(a in per_call for a in e["in"] if isinstance(a, str)):
-            per_call.update(o["name"] for o in e["out"])
+    precomputed = static_names(program)  # from weights and constants alone: no per-call kernel computes it
     # an attention's two products may share a (key-blocked) kernel whatever the profile: never cut between
     within_attention = {c for group in attention_groups([Step.of(e) for e in eqns], avals_of(program))
                         for c in range(min(group) + 1, max(group) + 1)}
@@ -116,13 +113,13 @@ def _cuts(program: dict[str, Any], constant: set[str], max_live: int) -> list[in
                  if o["name"] not in constant and (o["name"] in outputs or last_use.get(o["name"], i) > i)}
         if len(live) <= max_live and i + 1 not in within_attention \
                 and i + 1 - previous >= MIN_PIECE_EQNS and len(eqns) - (i + 1) >= MIN_PIECE_EQNS \
-                and all(_ends_a_kernel(value, i + 1, eqns, readers, produced_at, per_call) for value in live):
+                and all(_ends_a_kernel(value, i + 1, eqns, readers, produced_at, precomputed) for value in live):
             cuts.append(previous := i + 1)
     return cuts
 
 
 def _ends_a_kernel(value: str, cut: int, eqns: list[dict], readers: dict[str, list[int]],
-                   produced_at: dict[str, int], per_call: set[str]) -> bool:
+                   produced_at: dict[str, int], precomputed: set[str]) -> bool:
     """Whether greedy fusion would end `value`'s kernel anyway: each later reader (seen through
     views) is a GEMM, which starts a kernel once `value`'s own kernel holds one, or also reads a
     value computed per call after the cut (not a view of an input; not a weight's gather, which is
@@ -130,7 +127,7 @@ def _ends_a_kernel(value: str, cut: int, eqns: list[dict], readers: dict[str, li
     def computed_after_cut(name: str) -> bool:
         while isinstance(name, str) and name in produced_at and eqns[produced_at[name]]["op"] in VIEW_OPS:
             name = eqns[produced_at[name]]["in"][0]
-        return isinstance(name, str) and name in per_call and produced_at.get(name, -1) >= cut  # a literal: no
+        return isinstance(name, str) and name not in precomputed and produced_at.get(name, -1) >= cut  # a literal: no
 
     stack = [r for r in readers.get(value, []) if r >= cut]  # earlier readers share the producer's piece
     while stack:
@@ -166,11 +163,7 @@ def constant_values(program: dict[str, Any]) -> set[str]:
     """Values computed from literals and consts alone (a causal mask from iotas), program outputs
     aside. They are the same on every call and free per call under every profile, so they are
     never live across a cut: a piece that reads one computes it itself."""
-    constant = {c["name"] for c in program.get("consts", [])}
-    for e in program["eqns"]:
-        if all(a in constant for a in e["in"] if isinstance(a, str)):
-            constant.update(o["name"] for o in e["out"])
-    return constant - {o for o in program["outputs"] if isinstance(o, str)}
+    return static_names(program, weights=False) - {o for o in program["outputs"] if isinstance(o, str)}
 
 
 def _definitions(eqns: list[dict[str, Any]], names: list[str]) -> list[dict[str, Any]]:
