@@ -13,11 +13,14 @@ from wire.execute import program_to_callable
 from wire.format import ConstSpec, decode_array, encode_array
 
 WIDE = {"float16": "float64", "bfloat16": "float64", "float32": "float64", "complex64": "complex128"}
-# A check's program runs a few times (two calls per draw), so LLVM's optimizations cost more than
-# they save: a 1-layer encoder's region check compiles in 0.36 s instead of 0.55 s and runs no
-# slower (its GEMMs are library calls). Rounding may differ in the last bits from an optimized
-# build, and both programs of a check are built alike, so only real-mode (float64) checks use it.
-CHECK_COMPILER_OPTIONS = {"xla_backend_optimization_level": 0}
+# A check's program runs a few times (two calls per draw), so compiling it well costs more than it
+# saves. LLVM's optimizations off: a 1-layer encoder's region check compiles in 0.36 s instead of
+# 0.55 s and runs no slower (its GEMMs are library calls). XLA's fusion emitters off as well (its
+# older loop emitter): a Hugging Face T5's float64 program compiles in 0.27 s instead of 0.75 s,
+# a SegFormer's in 0.29 s instead of 0.72 s, with the same results. Rounding may differ in the
+# last bits from an optimized build, and both programs of a check are built alike, so only
+# real-mode (float64) checks use it.
+CHECK_COMPILER_OPTIONS = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
 
 
 class CannotWiden(Exception):
