@@ -112,8 +112,9 @@ def _run_regions(original: dict[str, Any], optimized: dict[str, Any], plan: Regi
     needed_names, prefix_names = [spec["name"] for spec in needed["inputs"]], [s["name"] for s in prefix["inputs"]]
     try:
         run_prefix = program_to_callable(prefix)
+        subprograms = [region.subprogram(optimized, plan.numbered) for region in checks]
         references = [(float64_callable(side), [spec["name"] for spec in side["inputs"]]) for side in sides]
-        calls = [(float64_callable(region.subprogram(optimized, plan.numbered)), region) for region in checks]
+        calls = [(float64_callable(subprogram), region) for subprogram, region in zip(subprograms, checks)]
     except (TypeError, ValueError) as err:
         return verdict.result("inconclusive", f"the regions cannot be evaluated in float64: {err}", roots=roots)
 
@@ -132,7 +133,7 @@ def _run_regions(original: dict[str, Any], optimized: dict[str, Any], plan: Regi
         results = [out for fn, region in calls for out in fn(*(wide[o] for _, o in region.boundary))]
         return original_sides(wide), results, original_sides(moved)
 
-    run = check_jit(check)
+    run = check_jit(check, [*sides, *subprograms])
     specs = [{"name": name, "shape": list(plan.original_numbered.aval[name][0]),
               "dtype": plan.original_numbered.aval[name][1]} for name in leaves]
 

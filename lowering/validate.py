@@ -128,7 +128,7 @@ def validate_whole(original: dict[str, Any], optimized: dict[str, Any], fp_mode:
             return Verdict("float64", dtypes).result("failed", f"the optimized program does not type-check: {own}")
         return Verdict("float64", dtypes).result("inconclusive", f"the programs cannot be evaluated in float64: {err}")
     draws = draws or InputDraws()
-    runs = checked_runs(lambda *args: (reference(*args), args), lambda args: candidate(*args))
+    runs = checked_runs(lambda *args: (reference(*args), args), lambda args: candidate(*args), [original, optimized])
     candidate_alone = functools.cache(lambda: Widened(optimized))  # compiled only when it is needed
 
     def evaluate(args: list[np.ndarray], draw: Draw, relative: float):
@@ -150,13 +150,15 @@ Outputs = list[np.ndarray]
 Runs = Callable[[list[np.ndarray], list[np.ndarray | None], float], tuple[Outputs, Outputs, Outputs]]
 
 
-def checked_runs(reference: Callable[..., tuple[list, Any]], candidate: Callable[[Any], list]) -> Runs:
+def checked_runs(reference: Callable[..., tuple[list, Any]], candidate: Callable[[Any], list],
+                 programs: list[dict[str, Any]]) -> Runs:
     """`reference` (of widened inputs: the reference's outputs and what `candidate` reads) and
     `candidate` (its outputs), jitted once and called twice per draw: on the widened inputs, and on
     them nudged along their directions, where the candidate is skipped (a conditional, so the
     nudged call is the same compiled program: XLA's compile of a big program costs more than a
     run). Widening and nudging stay on the host: in XLA each input's cast and nudge is a kernel of
-    its own, whose compile time on an 80-matmul chain exceeded the runs'."""
+    its own, whose compile time on an 80-matmul chain exceeded the runs'. `programs` are the
+    programs they run (`check_jit` compiles by what they hold)."""
 
     def runs(compare, *args):
         refs, fed = reference(*args)
@@ -164,7 +166,7 @@ def checked_runs(reference: Callable[..., tuple[list, Any]], candidate: Callable
         skipped = lambda _: [jax.numpy.zeros(a.shape, a.dtype) for a in avals]
         return refs, jax.lax.cond(compare, candidate, skipped, fed)
 
-    run = check_jit(runs)
+    run = check_jit(runs, programs)
 
     def evaluate(args: list[np.ndarray], directions: list[np.ndarray | None], relative: float):
         wide = widen(args)
