@@ -22,10 +22,12 @@ WIDE = {"float16": "float64", "bfloat16": "float64", "float32": "float64", "comp
 # last bits from an optimized build, and both programs of a check are built alike, so only
 # real-mode (float64) checks use it.
 CHECK_COMPILER_OPTIONS = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
-# A float64 convolution is no library call on XLA:CPU but a loop nest of its own, 10-60x slower
-# unoptimized: wav2vec2's check program runs in 0.23 s unoptimized and 0.011 s optimized, and
-# compiles in 0.25 s against 0.60 s, so from the second call on optimizing pays.
-CONVOLUTION_CHECK_OPTIONS = {**CHECK_COMPILER_OPTIONS, "xla_backend_optimization_level": 2}
+# A grouped float64 convolution (a depthwise one, wav2vec2's positional one) is a loop nest of its
+# own on XLA:CPU, about 60x slower unoptimized: wav2vec2's check program runs in 0.23 s unoptimized
+# and 0.011 s optimized, and compiles in 0.25 s against 0.60 s, so from the second call on
+# optimizing pays. Ungrouped ones run fast enough either way (Whisper's program: 0.01 s a call
+# unoptimized), and optimizing its 700 equations would cost a second.
+GROUPED_CONVOLUTION_CHECK_OPTIONS = {**CHECK_COMPILER_OPTIONS, "xla_backend_optimization_level": 2}
 
 
 class CannotWiden(Exception):
@@ -65,12 +67,14 @@ def check_jit(fn: Callable[..., Any], programs: Iterable[dict[str, Any]]) -> Cal
 
 
 def check_compiler_options(programs: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """`CONVOLUTION_CHECK_OPTIONS` where one of `programs` convolves, else `CHECK_COMPILER_OPTIONS`."""
-    return CONVOLUTION_CHECK_OPTIONS if any(map(_convolves, programs)) else CHECK_COMPILER_OPTIONS
+    """`GROUPED_CONVOLUTION_CHECK_OPTIONS` where one of `programs` runs a grouped convolution, else
+    `CHECK_COMPILER_OPTIONS`."""
+    return GROUPED_CONVOLUTION_CHECK_OPTIONS if any(map(_convolves_in_groups, programs)) else CHECK_COMPILER_OPTIONS
 
 
-def _convolves(program: dict[str, Any]) -> bool:
-    return any(eqn["op"] == "conv_general_dilated" or any(map(_convolves, nested_programs(eqn)))
+def _convolves_in_groups(program: dict[str, Any]) -> bool:
+    return any(any(map(_convolves_in_groups, nested_programs(eqn))) or eqn["op"] == "conv_general_dilated" and
+               max(eqn["params"].get("feature_group_count", 1), eqn["params"].get("batch_group_count", 1)) > 1
                for eqn in program["eqns"])
 
 

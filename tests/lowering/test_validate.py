@@ -382,19 +382,20 @@ def test_values_of_a_failed_check_are_never_taken_as_shown():
     assert later["status"] == "failed"
 
 
-def test_a_check_that_convolves_compiles_optimized_and_evaluates_the_convolution_in_float64():
-    from lowering.widen import CHECK_COMPILER_OPTIONS, CONVOLUTION_CHECK_OPTIONS, Widened, check_compiler_options
+def test_a_check_that_convolves_in_groups_compiles_optimized_and_evaluates_the_convolution_in_float64():
+    from lowering.widen import CHECK_COMPILER_OPTIONS, GROUPED_CONVOLUTION_CHECK_OPTIONS, Widened, check_compiler_options
 
-    x, w = np.random.default_rng(0).standard_normal((2, 3, 1, 16)).astype(np.float32), np.ones((4, 1, 3), np.float32)
+    x, w = np.random.default_rng(0).standard_normal((2, 3, 2, 16)).astype(np.float32), np.ones((4, 1, 3), np.float32)
 
-    def convolved_steps(xs, kernel):  # the convolution sits in a loop body, a nested program
-        step = lambda carry, x: (carry, jax.lax.conv_general_dilated(x, kernel, (1,), "SAME"))
-        return jax.lax.scan(step, 0.0, xs)[1]
+    def convolved_steps(xs, kernel, groups):  # the convolution sits in a loop body, a nested program
+        conv = lambda x: jax.lax.conv_general_dilated(x, kernel, (1,), "SAME", feature_group_count=groups)
+        return jax.lax.scan(lambda carry, x: (carry, conv(x)), 0.0, xs)[1]
 
-    convolving, gemm = capture(convolved_steps, x, w), capture(lambda a, b: a @ b, x[0, 0], x[0, 0].T)
-    assert check_compiler_options([gemm]) == CHECK_COMPILER_OPTIONS
-    assert check_compiler_options([gemm, convolving]) == CONVOLUTION_CHECK_OPTIONS != CHECK_COMPILER_OPTIONS
+    grouped = capture(lambda xs, kernel: convolved_steps(xs, kernel, 2), x, w)
+    ungrouped = capture(lambda xs, kernel: convolved_steps(xs, kernel, 1), x, np.ones((4, 2, 3), np.float32))
+    assert check_compiler_options([ungrouped]) == CHECK_COMPILER_OPTIONS
+    assert check_compiler_options([ungrouped, grouped]) == GROUPED_CONVOLUTION_CHECK_OPTIONS != CHECK_COMPILER_OPTIONS
     wide = x.astype(np.float64)
-    rows = np.apply_along_axis(np.convolve, -1, wide[:, :, 0], np.ones(3), "same")  # steps x batch x width
-    expected = np.repeat(rows[:, :, None], 4, axis=2)  # the same for each of the four output channels
-    np.testing.assert_allclose(Widened(convolving)([wide, w.astype(np.float64)])[0], expected, rtol=1e-12)
+    rows = np.apply_along_axis(np.convolve, -1, wide, np.ones(3), "same")  # steps x batch x channel x width
+    expected = np.repeat(rows, 2, axis=2)  # each group's two output channels convolve its one input channel
+    np.testing.assert_allclose(Widened(grouped)([wide, w.astype(np.float64)])[0], expected, rtol=1e-12)
