@@ -46,18 +46,22 @@ class Piece:
     signature: str
 
 
-def find_pieces(program: dict[str, Any]) -> list[Piece] | None:
+def find_pieces(program: dict[str, Any], precompute_weights: bool = True) -> list[Piece] | None:
     """The pieces of `program`, or None when it should be searched whole (small, no repetition,
-    or a GEMM operand shared across pieces)."""
+    or a GEMM operand shared across pieces). `precompute_weights`: the profile's
+    `kernel.precompute_weights`, under which values made from weights are read as weights."""
     eqns = program["eqns"]
     if len(eqns) < MIN_PROGRAM_EQNS:
         return None
     constant = constant_values(program)
+    # computed once per weight set (a position bias every layer reads): never live, a weight to the pieces
+    per_weight_set = static_names(program, precompute_weights) - constant if precompute_weights else set()
     # each cut may break a chain of GEMMs where kernels hold several: carry one value where that
     # repeats (a post-norm encoder's layer output), more only where it does not (a pre-norm decoder)
     for max_live in (1, MAX_LIVE):
-        bounds = _cuts(program, constant, max_live)
-        pieces = [_piece(program, start, stop, constant) for start, stop in zip([0, *bounds], [*bounds, len(eqns)])]
+        bounds = _cuts(program, constant | per_weight_set, max_live)
+        pieces = [_piece(program, start, stop, constant, per_weight_set)
+                  for start, stop in zip([0, *bounds], [*bounds, len(eqns)])]
         if len(bounds) >= 3 and len({p.signature for p in pieces}) < len(pieces):
             break
     else:
@@ -84,8 +88,9 @@ def _layout_sources(eqns: list[dict[str, Any]]) -> dict[str, str]:
     return source
 
 
-def _cuts(program: dict[str, Any], constant: set[str], max_live: int) -> list[int]:
-    """Equation indices a piece may start at: at most `max_live` values live across, no later reader
+def _cuts(program: dict[str, Any], unlive: set[str], max_live: int) -> list[int]:
+    """Equation indices a piece may start at: at most `max_live` values live across (`unlive`
+    values never are: each piece computes or reads them as it reads a weight), no later reader
     of one that greedy fusion would put in its producer's kernel, not inside an attention, pieces
     >= MIN_PIECE_EQNS."""
     eqns, outputs = program["eqns"], {o for o in program["outputs"] if isinstance(o, str)}
@@ -110,7 +115,7 @@ def _cuts(program: dict[str, Any], constant: set[str], max_live: int) -> list[in
         live |= {a for a in e["in"] if isinstance(a, str) and a in activations}
         live -= {a for a in e["in"] if isinstance(a, str) and last_use[a] == i}
         live |= {o["name"] for o in e["out"]
-                 if o["name"] not in constant and (o["name"] in outputs or last_use.get(o["name"], i) > i)}
+                 if o["name"] not in unlive and (o["name"] in outputs or last_use.get(o["name"], i) > i)}
         if len(live) <= max_live and i + 1 not in within_attention \
                 and i + 1 - previous >= MIN_PIECE_EQNS and len(eqns) - (i + 1) >= MIN_PIECE_EQNS \
                 and all(_ends_a_kernel(value, i + 1, eqns, readers, produced_at, precomputed) for value in live):
@@ -179,7 +184,7 @@ def _definitions(eqns: list[dict[str, Any]], names: list[str]) -> list[dict[str,
     return [eqns[i] for i in sorted(needed)]
 
 
-def _piece(program: dict[str, Any], start: int, stop: int, constant: set[str]) -> Piece:
+def _piece(program: dict[str, Any], start: int, stop: int, constant: set[str], per_weight_set: set[str]) -> Piece:
     own = program["eqns"][start:stop]
     produced = {o["name"] for e in own for o in e["out"]}
     recomputed = [a for e in own for a in e["in"] if isinstance(a, str) and a in constant and a not in produced]
@@ -195,7 +200,8 @@ def _piece(program: dict[str, Any], start: int, stop: int, constant: set[str]) -
     inputs = [n for n in read if n not in consts]
     sub = {"format": program["format"],
            "inputs": [{"name": n, "shape": specs[n]["shape"], "dtype": specs[n]["dtype"],
-                       **({"role": specs[n]["role"]} if specs[n].get("role") else {})} for n in inputs],
+                       **({"role": specs[n]["role"]} if specs[n].get("role") else
+                          {"role": "weight"} if n in per_weight_set else {})} for n in inputs],
            "consts": [consts[n] for n in read if n in consts], "eqns": eqns, "outputs": outputs}
     roles = [s.get("role") == "weight" for s in sub["inputs"]]
     return Piece(start, stop, inputs, [n for n in read if n in consts], outputs, sub,

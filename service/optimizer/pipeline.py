@@ -77,7 +77,7 @@ def _optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | 
         nested, others, control_flow, remaining = _loops(tidied, profile, options, extra_rules)
         options = options.model_copy(update={"time_limit_s": remaining})
     with stage(timings, "partition"):
-        pieces = find_pieces(nested) if options.rules else None
+        pieces = find_pieces(nested, profile.kernel.precompute_weights) if options.rules else None
     # pieces that repeat are checked one distinct piece at a time; otherwise the whole program is
     # checked, its inputs drawn beside the search
     by_piece = pieces is not None and nested == program and checked_apart(pieces)

@@ -201,9 +201,12 @@ def test_a_cut_whose_reader_also_reads_a_broadcast_literal_is_weighed_not_a_cras
     assert optimize(program)["validation"]["status"] in ("passed", "identical")
 
 
-def _pre_ln_decoder(layers: int, hidden: int = 32, heads: int = 4, seq: int = 8, batch: int = 2):
+def _pre_ln_decoder(layers: int, hidden: int = 32, heads: int = 4, seq: int = 8, batch: int = 2,
+                    position_bias: bool = False):
     """A GPT-style decoder as people write it in plain JAX: each layer normalizes the residual
-    stream before its attention and its MLP, and the causal mask is built from iotas."""
+    stream before its attention and its MLP, and the causal mask is built from iotas. With
+    `position_bias`, T5's: a table of per-head biases by relative position (a weight), gathered
+    once and masked by each layer."""
     rng = np.random.default_rng(0)
     w = lambda *shape: (rng.normal(size=shape) / np.sqrt(shape[0])).astype(np.float32)
     params = [{"qkv": w(hidden, 3 * hidden), "out": w(hidden, hidden), "up": w(hidden, 4 * hidden),
@@ -214,18 +217,22 @@ def _pre_ln_decoder(layers: int, hidden: int = 32, heads: int = 4, seq: int = 8,
         mean = x.mean(-1, keepdims=True)
         return (x - mean) * jax.lax.rsqrt(((x - mean) ** 2).mean(-1, keepdims=True) + 1e-5) * g
 
-    def decoder(x, params):
+    def decoder(x, params, table=None):
         causal = jnp.arange(seq)[:, None] >= jnp.arange(seq)[None, :]
         split = lambda t: t.reshape(batch, seq, heads, hidden // heads).transpose(0, 2, 1, 3)
+        relative = jnp.arange(seq)[None, :] - jnp.arange(seq)[:, None] + seq - 1
+        bias = 0.0 if table is None else table[relative].transpose(2, 0, 1)  # heads x seq x seq
         for p in params:
             q, k, v = jnp.split(norm(x, p["g1"]) @ p["qkv"], 3, axis=-1)
-            scores = jnp.where(causal, split(q) @ split(k).transpose(0, 1, 3, 2), -jnp.inf)
+            scores = split(q) @ split(k).transpose(0, 1, 3, 2) + jnp.where(causal, bias, -1e9)
+            scores = jnp.where(causal, scores, -jnp.inf)
             attended = (jax.nn.softmax(scores, axis=-1) @ split(v)).transpose(0, 2, 1, 3)
             x = x + attended.reshape(batch, seq, hidden) @ p["out"]
             x = x + jax.nn.gelu(norm(x, p["g2"]) @ p["up"]) @ p["down"]
         return x
 
-    return decoder, (rng.normal(size=(batch, seq, hidden)).astype(np.float32), params)
+    x = rng.normal(size=(batch, seq, hidden)).astype(np.float32)
+    return decoder, (x, params, w(2 * seq - 1, heads)) if position_bias else (x, params)
 
 
 def test_a_pre_norm_decoder_is_cut_after_each_normalization_and_stitched_to_the_whole_programs_estimate():
@@ -296,3 +303,24 @@ def test_no_cut_falls_between_a_normalization_of_the_input_and_the_gemm_whose_ke
     assert pieces is not None and not any(first_norm < p.start <= first_gemm for p in pieces)
     later_gemms = [i for i, op in enumerate(ops) if op == "dot_general" and i > first_gemm]
     assert any(p.start in later_gemms for p in pieces)  # later layers' normalizations are cut after
+
+
+def test_a_bias_made_from_weights_that_every_layer_masks_is_read_as_a_weight_where_weights_are_precomputed():
+    """T5's relative position bias: gathered from a weight once, masked by every layer (work that
+    reads no per-call value). Where the profile precomputes weight-only work it is computed once
+    per weight set, so it is never live across a cut and each piece reads it as a weight; where the
+    profile computes it per call, carrying it would split its kernel, and the program is searched
+    whole."""
+    fn, args = _pre_ln_decoder(6, position_bias=True)
+    program = capture(fn, *args, weight_argnums=(1, 2))
+    assert find_pieces(program, precompute_weights=False) is None
+    pieces = find_pieces(program, precompute_weights=True)
+    assert pieces is not None and len(pieces) > 6 and len({p.signature for p in pieces}) < len(pieces) / 2
+    inputs = {s["name"] for s in program["inputs"]}
+    derived = [{s["name"] for s in piece.program["inputs"] if s["name"] not in inputs and s.get("role") == "weight"}
+               for piece in pieces[1:]]
+    assert sum(map(bool, derived)) >= 5  # every layer after the first (whose piece gathers it)
+    response = optimize(program)
+    assert response["report"]["partition"]["searched"] < response["report"]["partition"]["pieces"]
+    assert response["validation"]["status"] in ("passed", "identical")
+    assert response["estimate"]["optimized"]["time_s"] <= response["estimate"]["baseline"]["time_s"]
