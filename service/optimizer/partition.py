@@ -11,6 +11,7 @@ structure read the same kinds of values in the same places, so one search serves
 """
 from __future__ import annotations
 
+import statistics
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -56,16 +57,29 @@ def find_pieces(program: dict[str, Any], precompute_weights: bool = True) -> lis
     constant = constant_values(program)
     # computed once per weight set (a position bias every layer reads): never live, a weight to the pieces
     per_weight_set = static_names(program, precompute_weights) - constant if precompute_weights else set()
+    unlive = constant | per_weight_set
+    pieces_at = lambda bounds: [_piece(program, start, stop, constant, per_weight_set)
+                                for start, stop in zip([0, *bounds], [*bounds, len(eqns)])]
     # each cut may break a chain of GEMMs where kernels hold several: carry one value where that
     # repeats (a post-norm encoder's layer output), more only where it does not (a pre-norm decoder)
-    for max_live in (1, MAX_LIVE):
-        bounds = _cuts(program, constant | per_weight_set, max_live)
-        pieces = [_piece(program, start, stop, constant, per_weight_set)
-                  for start, stop in zip([0, *bounds], [*bounds, len(eqns)])]
-        if len(bounds) >= 3 and len({p.signature for p in pieces}) < len(pieces):
-            break
+    bounds = _cuts(program, unlive, 1)
+    pieces = pieces_at(bounds)
+    if _repeats(pieces):
+        # a stretch one carried value cannot cut (an encoder-decoder's decoder, where the encoder's
+        # output is live throughout) is cut carrying more where it is far longer than a typical piece
+        spans = list(zip([0, *bounds], [*bounds, len(eqns)]))
+        long = 2 * statistics.median(stop - start for start, stop in spans)
+        finer = [cut for cut in _cuts(program, unlive, MAX_LIVE)
+                 if any(stop - start > long and start + MIN_PIECE_EQNS <= cut <= stop - MIN_PIECE_EQNS
+                        for start, stop in spans)]
+        if finer:
+            bounds = sorted(bounds + finer)
+            pieces = pieces_at(bounds)
     else:
-        return None  # nothing repeats: one search of the whole does as well
+        bounds = _cuts(program, unlive, MAX_LIVE)
+        pieces = pieces_at(bounds)
+        if not _repeats(pieces):
+            return None  # nothing repeats: one search of the whole does as well
     gemm_inputs: dict[str, int] = {}
     inputs = {s["name"] for s in program["inputs"]}
     source = _layout_sources(eqns)
@@ -76,6 +90,10 @@ def find_pieces(program: dict[str, Any], precompute_weights: bool = True) -> lis
                 if isinstance(a, str) and a in inputs and gemm_inputs.setdefault(a, k) != k:
                     return None  # a merge across pieces could pay
     return pieces
+
+
+def _repeats(pieces: list[Piece]) -> bool:
+    return len(pieces) > 3 and len({p.signature for p in pieces}) < len(pieces)
 
 
 def _layout_sources(eqns: list[dict[str, Any]]) -> dict[str, str]:

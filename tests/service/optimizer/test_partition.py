@@ -324,3 +324,46 @@ def test_a_bias_made_from_weights_that_every_layer_masks_is_read_as_a_weight_whe
     assert response["report"]["partition"]["searched"] < response["report"]["partition"]["pieces"]
     assert response["validation"]["status"] in ("passed", "identical")
     assert response["estimate"]["optimized"]["time_s"] <= response["estimate"]["baseline"]["time_s"]
+
+
+def test_an_encoder_decoder_s_decoder_is_cut_though_the_encoder_s_output_is_live_throughout_it():
+    """Post-norm encoder layers are cut carrying one value (their output); the decoder's layers
+    each read the encoder's output as well, so no cut there carries one value alone, and its
+    stretch, far longer than a typical piece, is cut carrying more."""
+    rng = np.random.default_rng(0)
+    hidden, seq, batch = 32, 8, 2
+    w = lambda *shape: (rng.normal(size=shape) / np.sqrt(shape[0])).astype(np.float32)
+    encoder_layers = [{"up": w(hidden, 4 * hidden), "down": w(4 * hidden, hidden), "g": np.ones(hidden, np.float32)}
+                      for _ in range(4)]
+    decoder_layers = [{"q": w(hidden, hidden), "k": w(hidden, hidden), "v": w(hidden, hidden), "o": w(hidden, hidden),
+                       "up": w(hidden, 4 * hidden), "down": w(4 * hidden, hidden),
+                       "g1": np.ones(hidden, np.float32), "g2": np.ones(hidden, np.float32)} for _ in range(4)]
+
+    def norm(x, g):
+        mean = x.mean(-1, keepdims=True)
+        return (x - mean) * jax.lax.rsqrt(((x - mean) ** 2).mean(-1, keepdims=True) + 1e-5) * g
+
+    def encoder_decoder(source, target, encoder_layers, decoder_layers):
+        for p in encoder_layers:
+            source = norm(source + jax.nn.gelu(source @ p["up"]) @ p["down"], p["g"])
+        for p in decoder_layers:
+            scores = norm(target, p["g1"]) @ p["q"] @ (source @ p["k"]).transpose(0, 2, 1)
+            target = target + jax.nn.softmax(scores, axis=-1) @ (source @ p["v"]) @ p["o"]
+            target = target + jax.nn.gelu(norm(target, p["g2"]) @ p["up"]) @ p["down"]
+        return target
+
+    x = lambda: rng.normal(size=(batch, seq, hidden)).astype(np.float32)
+    program = capture(encoder_decoder, x(), x(), encoder_layers, decoder_layers, weight_argnums=(2, 3))
+    pieces = find_pieces(program)
+    assert pieces is not None
+    source_name = program["inputs"][0]["name"]
+    decoder_start = next(i for i, e in enumerate(program["eqns"]) if program["inputs"][1]["name"] in e["in"])
+    inputs = {s["name"] for s in program["inputs"]}
+    encoder = [p for p in pieces[1:] if p.stop <= decoder_start]
+    decoder = [p for p in pieces if p.start >= decoder_start]
+    assert encoder and all(len([n for n in p.inputs if n not in inputs]) == 1 for p in encoder)
+    assert len(decoder) >= 4 and any(len([n for n in p.inputs if n not in inputs]) >= 2 for p in decoder)
+    assert source_name not in {n for p in decoder for n in p.inputs}  # the encoder's output, not its input
+    response = optimize(program)
+    assert response["validation"]["status"] in ("passed", "identical")
+    assert response["estimate"]["optimized"]["time_s"] <= response["estimate"]["baseline"]["time_s"]
