@@ -85,16 +85,45 @@ def test_an_encoders_registered_buffers_are_constants_of_the_program():
         _assert_equal_to_eager(result.fn(other["input_ids"]), _eager(model, other))  # bound by name
 
 
-def test_a_decode_step_takes_and_gives_back_the_kv_cache():
-    model, inputs = build("gpt2")
+DECODERS = ["gpt2", "llama"]  # learned positions and a fused QKV; rotary positions and GQA
+
+
+def _decode_step(name):
+    """A decoder, and the step after its prompt: the prompt's last token and its KV cache."""
+    model, inputs = build(name)
     cache = _eager(model, inputs).past_key_values
-    step = {"input_ids": inputs["input_ids"][:, -1:], "past_key_values": cache}
+    return model, {"input_ids": inputs["input_ids"][:, -1:], "past_key_values": cache, "use_cache": True}
+
+
+def _next_step(out):
+    """The step after the one that gave `out`, fed the cache it gave back: what a decode loop does next."""
+    return {"input_ids": out.logits[:, -1:].argmax(-1), "past_key_values": out.past_key_values, "use_cache": True}
+
+
+@pytest.mark.parametrize("name", DECODERS)
+def test_a_decode_step_takes_and_gives_back_the_kv_cache(name):
+    model, step = _decode_step(name)
     result = optimize(model, **copy.deepcopy(step), time_limit_s=10)
     assert result.validation["status"] in VERDICTS
     with torch.no_grad():
         out = result.fn(**copy.deepcopy(step))
-    assert type(out.past_key_values) is type(cache)
+    assert type(out.past_key_values) is type(step["past_key_values"])
     _assert_equal_to_eager(out, _eager(model, step))
+
+
+@pytest.mark.parametrize("name", DECODERS)
+def test_a_decode_step_compiled_with_the_optu_backend_gives_back_a_cache_the_next_step_takes(name):
+    torch._dynamo.reset()
+    model, step = _decode_step(name)
+    compiled = torch.compile(model, backend=optu_backend, options={"time_limit_s": 10})
+    with torch.no_grad():
+        out = compiled(**copy.deepcopy(step))
+        assert type(out.past_key_values) is type(step["past_key_values"])
+        _assert_equal_to_eager(out, _eager(model, step))
+        after = _next_step(out)  # the cache the compiled step gave back, one token longer
+        assert after["past_key_values"].get_seq_length() == step["past_key_values"].get_seq_length() + 1
+        _assert_equal_to_eager(compiled(**copy.deepcopy(after)), _eager(model, after))
+    torch._dynamo.reset()
 
 
 def test_a_setting_the_program_fixed_is_checked_on_each_call():
