@@ -51,7 +51,7 @@ class TorchFunction:
 
     def __init__(self, program: dict[str, Any], captured: TorchProgram):
         self.program, self.in_spec, self.out_spec = program, captured.in_spec, captured.out_spec
-        self.fixed_leaves, self.call = captured.fixed_leaves, captured.call
+        self.fixed_leaves, self.call, self.mutated = captured.fixed_leaves, captured.call, captured.mutated
         # decided once: walking the program for its dtypes on every call cost more than the call's XLA run
         self._x64 = declares_64_bit(program)
         with x64_when(self._x64):
@@ -62,9 +62,13 @@ class TorchFunction:
         import torch
         from torch.utils import _pytree
 
+        tensors = self.tensors(args, kwargs)
         with x64_when(self._x64):  # torch's int64/float64 inputs cross as they are
-            outs = self._run(*self._weights, *[_to_jax(x) for x in self.tensors(args, kwargs)])
-        return _pytree.tree_unflatten([torch.from_dlpack(o) for o in outs], self.out_spec)
+            outs = [torch.from_dlpack(o) for o in self._run(*self._weights, *map(_to_jax, tensors))]
+        # every output is computed before an input the program read is written over
+        for position, value in zip(self.mutated, outs):
+            tensors[position].copy_(value)
+        return _pytree.tree_unflatten(outs[len(self.mutated):], self.out_spec)
 
     def tensors(self, args: tuple, kwargs: dict[str, Any]) -> list[Any]:
         """The program's inputs in a call: its tensors, in the exported order (keyword arguments in

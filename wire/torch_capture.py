@@ -52,6 +52,9 @@ class TorchProgram:
     fixed_leaves: dict[int, Any] = field(default_factory=dict)
     # how a call binds to a transformers model's exported inputs (by forward's names); None: as exported
     call: NamedCall | None = None
+    # the user's tensors the model updates in place (a static KV cache), by position among the
+    # program's user inputs: the program's first outputs are their new values, in this order
+    mutated: list[int] = field(default_factory=list)
 
 
 def to_numpy(tensor: Any) -> np.ndarray:
@@ -96,14 +99,15 @@ def capture_exported(exported: Any) -> TorchProgram:
     from torch.export.graph_signature import InputKind, OutputKind
 
     sig = exported.graph_signature
+    mutated = [spec.target for spec in sig.output_specs if spec.kind == OutputKind.USER_INPUT_MUTATION]
     for spec in sig.output_specs:
         if spec.kind == OutputKind.TOKEN:
             raise TorchCaptureError("the model calls an op with side effects (torch.export threads an effect "
                                     "token through it); only pure inference graphs can be optimized")
-        if spec.kind != OutputKind.USER_OUTPUT:
-            raise TorchCaptureError(f"the model updates {spec.target!r} in place ({spec.kind.name}); only "
-                                    "pure inference graphs can be optimized (BatchNorm in training mode "
-                                    "does this: call .eval() first)")
+        if spec.kind not in (OutputKind.USER_OUTPUT, OutputKind.USER_INPUT_MUTATION):
+            raise TorchCaptureError(f"the model updates {spec.target!r} in place ({spec.kind.name}); only its "
+                                    "inputs may be updated in place, not its own state (BatchNorm in training "
+                                    "mode does this: call .eval() first)")
     placeholders = [n for n in exported.graph.nodes if n.op == "placeholder"]
     roles, weights, constants, fixed_leaves = [], [], {}, {}
     user_inputs = 0
@@ -125,8 +129,10 @@ def capture_exported(exported: Any) -> TorchProgram:
                                     "only those can be captured (pass other values by closing over them)")
     program = graph_to_wire(exported.graph, roles, constants)
     inputs = [n.name for n in placeholders if n.name not in constants]
+    user_tensors = inputs[len(weights):]
     return TorchProgram(program, weights, exported.call_spec.in_spec, exported.call_spec.out_spec,
-                        float64_reference(exported.graph_module, inputs, constants), fixed_leaves)
+                        float64_reference(exported.graph_module, inputs, constants), fixed_leaves,
+                        mutated=[user_tensors.index(name) for name in mutated])
 
 
 def _fixable(value: Any) -> bool:

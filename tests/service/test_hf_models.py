@@ -144,3 +144,30 @@ def test_a_model_that_does_not_export_is_an_error_naming_the_reason():
 
     with pytest.raises(TorchExportError, match="DataDependent"):
         optimize(DataDependent(), torch.randn(3), time_limit_s=5)
+
+
+def test_greedy_generate_with_a_static_cache_compiles_its_step_once_and_gives_eager_s_tokens():
+    """The static cache is preallocated and updated in place (the program returns its new value and
+    the backend writes it back), so every decode step has the same shapes: one optimization for the
+    prompt, one for all 32 steps, and none when the same loop runs again."""
+    torch._dynamo.reset()
+    model, inputs = build("gpt2")
+    prompt = inputs["input_ids"][:1, :8]
+    settings = {"max_new_tokens": 32, "do_sample": False, "cache_implementation": "static"}
+    with torch.no_grad():
+        expected = model.generate(prompt, **settings)
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(optu_backend(gm, example_inputs, options={"time_limit_s": 10}))
+        return graphs[-1]
+
+    model.forward = torch.compile(model.forward, backend=backend)
+    optimizations = lambda: sum(len(graph.compiled) for graph in graphs)
+    with torch.no_grad():
+        assert torch.equal(model.generate(prompt, **settings), expected)
+        assert expected.shape[1] == 8 + 32 and optimizations() <= 2
+        first = optimizations()
+        assert torch.equal(model.generate(prompt, **settings), expected)
+    assert optimizations() == first
+    torch._dynamo.reset()

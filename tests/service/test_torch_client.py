@@ -99,3 +99,36 @@ def test_the_server_and_the_client_import_without_torch():
     code = ("import sys, service.http.app, service.optimizer.pipeline, service.client, service.cli; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+class RingCache(nn.Module):
+    """A step writing its new row into a preallocated cache at a position, in place, as a static KV
+    cache is updated, and reading the whole cache back."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.project = nn.Linear(8, 8)
+
+    def forward(self, cache, row, position):
+        cache.index_copy_(0, position, self.project(row))
+        return cache.sum(0) * 2
+
+
+def test_a_model_that_updates_its_input_in_place_gets_it_updated_by_the_optimized_program():
+    model = RingCache().eval()
+    cache, row, position = torch.randn(6, 8), torch.randn(1, 8), torch.tensor([2])
+    result = optimize(model, cache.clone(), row, position, time_limit_s=5)
+    assert result.validation["status"] in ("passed", "identical")
+    assert result.response["torch_validation"]["status"] in ("passed", "identical")
+    assert len(result.program["outputs"]) == 2  # the cache's new value, then the sum
+    for at in (4, 0):  # other caches, rows and positions than the example's
+        mine, row = torch.randn(6, 8), torch.randn(1, 8)
+        before, theirs = mine.clone(), mine.clone()
+        with torch.no_grad():
+            got = result.fn(mine, row, torch.tensor([at]))
+            eager = model(theirs, row, torch.tensor([at]))
+        torch.testing.assert_close(got, eager, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-6)  # written back in place
+        others = [k for k in range(6) if k != at]
+        assert not torch.equal(mine[at], before[at]) and torch.equal(mine[others], before[others])
