@@ -3,7 +3,10 @@ traced per input signature to core ATen, captured, optimized (in-process or by a
 as JAX behind DLPack. Options: hardware, time_limit_s, server, and any OptimizeOptions field."""
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
+from collections import OrderedDict
 from typing import Any, Callable
 
 from service.client import DEFAULT_HARDWARE, optimize_program
@@ -12,6 +15,32 @@ from wire.torch_capture import TorchCaptureError, capture_torch
 
 # options torch.compile passes that are the client's, not OptimizeOptions fields
 CLIENT_OPTIONS = ("hardware", "server", "timeout")
+KEPT_RESPONSES = 64  # optimized requests this process keeps for graphs traced again
+
+
+class _Responses:
+    """The responses this process's backends got, by the request they answer: a graph Dynamo
+    traces again (after a recompile, or as one graph with symbolic sizes where it had static ones)
+    is optimized at a signature it has seen once, as a server's cache answers a request twice."""
+
+    def __init__(self, kept: int):
+        self.kept, self.by_request, self.lock = kept, OrderedDict(), threading.Lock()
+
+    def get(self, request: dict[str, Any], optimize: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        key = hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
+        with self.lock:
+            if key in self.by_request:
+                self.by_request.move_to_end(key)
+                return self.by_request[key] | {"cache": "hit"}
+        response = optimize()
+        with self.lock:
+            self.by_request[key] = response
+            while len(self.by_request) > self.kept:
+                self.by_request.popitem(last=False)
+        return response
+
+
+RESPONSES = _Responses(KEPT_RESPONSES)
 
 
 def optu_backend(gm: Any, example_inputs: list[Any], options: dict[str, Any] | None = None,
@@ -89,9 +118,11 @@ class _SignatureCache:
         for spec, weight in zip(captured.program["inputs"][len(captured.weights):], weights):
             if weight:  # a parameter Dynamo passes as an input: constant across calls
                 spec["role"] = "weight"
-        response = optimize_program(captured.program, server=self.client.get("server"),
-                                    hardware=self.client.get("hardware", DEFAULT_HARDWARE),
-                                    timeout=self.client.get("timeout", 120), options=self.options)
+        request = {"program": captured.program, "hardware": self.client.get("hardware", DEFAULT_HARDWARE),
+                   "server": self.client.get("server"), "options": self.options}
+        response = RESPONSES.get(request, lambda: optimize_program(
+            captured.program, server=request["server"], hardware=request["hardware"],
+            timeout=self.client.get("timeout", 120), options=self.options))
         self.responses[key] = response
         run = TorchFunction(response["program"], captured)
         return lambda *call_args: run(*[a for a in call_args if isinstance(a, torch.Tensor)])

@@ -113,3 +113,18 @@ def test_torch_nns_fused_inference_paths_compile_and_run_equal_to_eager():
     ops = {e["op"] for cache in caches for r in cache.responses.values() for e in r["program"]["eqns"]}
     assert "dot_general" in ops  # the fused ops were lowered to their GEMMs, not carried opaque
     assert all(r["validation"]["status"] in ("passed", "identical") for c in caches for r in c.responses.values())
+
+
+def test_a_graph_traced_again_reuses_the_program_this_process_optimized_for_its_signature():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 13), torch.nn.ReLU(), torch.nn.Linear(13, 5)).eval()
+    caches, x = [], torch.randn(3, 8)
+    with torch.no_grad():
+        torch.compile(model, backend=_recording_backend(caches))(x)
+        torch._dynamo.reset()  # Dynamo forgets its graph: the next call traces and hands it over again
+        torch.testing.assert_close(torch.compile(model, backend=_recording_backend(caches))(x), model(x),
+                                   rtol=1e-4, atol=1e-5)
+        torch.compile(model, backend=_recording_backend(caches))(torch.randn(4, 8))  # a new signature
+    first, again, other = [r for cache in caches for r in cache.responses.values()]
+    assert (first["cache"], again["cache"], other["cache"]) == ("miss", "hit", "miss")
+    assert again["program"] == first["program"] and again["id"] == first["id"]
