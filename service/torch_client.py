@@ -52,6 +52,7 @@ class TorchFunction:
     def __init__(self, program: dict[str, Any], captured: TorchProgram):
         self.program, self.in_spec, self.out_spec = program, captured.in_spec, captured.out_spec
         self.fixed_leaves, self.call, self.mutated = captured.fixed_leaves, captured.call, captured.mutated
+        self._specs = captured.program["inputs"][len(captured.weights):]  # the user's tensors, as captured
         # decided once: walking the program for its dtypes on every call cost more than the call's XLA run
         self._x64 = declares_64_bit(program)
         with x64_when(self._x64):
@@ -63,12 +64,32 @@ class TorchFunction:
         from torch.utils import _pytree
 
         tensors = self.tensors(args, kwargs)
+        for k, (spec, tensor) in enumerate(zip(self._specs, tensors)):
+            if list(tensor.shape) != spec["shape"]:
+                raise TypeError(f"{self._name(args, kwargs, k)} has shape {list(tensor.shape)}; the program was "
+                                f"optimized for {spec['shape']}: optimize it again for this shape (torch.compile "
+                                f"does so for each new shape)")
         with x64_when(self._x64):  # torch's int64/float64 inputs cross as they are
             outs = [torch.from_dlpack(o) for o in self._run(*self._weights, *map(_to_jax, tensors))]
         # every output is computed before an input the program read is written over
         for position, value in zip(self.mutated, outs):
             tensors[position].copy_(value)
         return _pytree.tree_unflatten(outs[len(self.mutated):], self.out_spec)
+
+    def _name(self, args: tuple, kwargs: dict[str, Any], k: int) -> str:
+        """The call's `k`-th tensor named by where it sits in the arguments: `past_key_values[0]`,
+        `argument 1`."""
+        from torch.utils import _pytree
+
+        if self.call is not None:
+            args, kwargs = (), self.call.bind(args, kwargs)
+        paths = [path for path, _ in _pytree.tree_flatten_with_path((args, kwargs))[0]]
+        (within, head, *rest) = [path for position, path in enumerate(paths) if position not in self.fixed_leaves][k]
+        name = f"argument {head.idx}" if within.idx == 0 else str(head.key)
+        for key in rest:
+            name += f".{key.name}" if isinstance(key, _pytree.GetAttrKey) else \
+                f"[{key.idx}]" if isinstance(key, _pytree.SequenceKey) else f"[{key.key!r}]"
+        return name
 
     def tensors(self, args: tuple, kwargs: dict[str, Any]) -> list[Any]:
         """The program's inputs in a call: its tensors, in the exported order (keyword arguments in

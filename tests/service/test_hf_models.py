@@ -109,6 +109,10 @@ def test_a_decode_step_takes_and_gives_back_the_kv_cache(name):
         out = result.fn(**copy.deepcopy(step))
     assert type(out.past_key_values) is type(step["past_key_values"])
     _assert_equal_to_eager(out, _eager(model, step))
+    longer = _next_step(out)  # its cache one token longer than the program was optimized for
+    with torch.no_grad(), pytest.raises(TypeError, match=r"past_key_values\[0\] has shape \[.*\]; the program "
+                                                            r"was optimized for"):
+        result.fn(**longer)
 
 
 @pytest.mark.parametrize("name", DECODERS)

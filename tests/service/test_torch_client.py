@@ -132,3 +132,11 @@ def test_a_model_that_updates_its_input_in_place_gets_it_updated_by_the_optimize
         torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-6)  # written back in place
         others = [k for k in range(6) if k != at]
         assert not torch.equal(mine[at], before[at]) and torch.equal(mine[others], before[others])
+
+
+def test_a_call_with_another_shape_than_the_optimized_one_is_an_error_naming_the_argument():
+    model = TwoLayer().eval()
+    result = optimize(model, torch.randn(4, 16), time_limit_s=5)
+    with torch.no_grad(), pytest.raises(TypeError, match=r"argument 0 has shape \[5, 16\]; the program was "
+                                                            r"optimized for \[4, 16\]"):
+        result.fn(torch.randn(5, 16))
