@@ -211,7 +211,7 @@ def optimize(fn: Callable[..., Any], *args: Any, server: str | None = None,
 def _optimize(fn: Callable[..., Any], args: tuple, server: str | None, hardware: str | dict | None,
               weight_argnums: Sequence[int], timeout: float, progress: Callable[[dict[str, Any]], None] | None,
               options: dict[str, Any]) -> OptimizeResult:
-    model_kwargs = {k: options.pop(k) for k in list(options) if k not in OptimizeOptions.model_fields}
+    model_kwargs = {k: options.pop(k) for k in list(options) if k not in OptimizeOptions.names()}
     stages: dict[str, float] = {}  # the client's own, added to the optimizer's
     with stage(stages, "capture"):
         if torch_client.takes_torch(fn, (args, model_kwargs)):

@@ -59,6 +59,11 @@ class OptimizeOptions(BaseModel):
                                       self.lowering == "pallas" and profile.kernel.pallas_compiled)
 
     @classmethod
+    def names(cls) -> set[str]:
+        """The keywords a request sets them by: each field's alias where it has one (`validate`), else its name."""
+        return {field.alias or key for key, field in cls.model_fields.items()}
+
+    @classmethod
     def coerce(cls, options: OptimizeOptions | dict | None) -> OptimizeOptions:
         """`options` as given, a dict validated, None the defaults."""
         return options if isinstance(options, cls) else cls.model_validate(options or {})

@@ -140,3 +140,9 @@ def test_a_call_with_another_shape_than_the_optimized_one_is_an_error_naming_the
     with torch.no_grad(), pytest.raises(TypeError, match=r"argument 0 has shape \[5, 16\]; the program was "
                                                             r"optimized for \[4, 16\]"):
         result.fn(torch.randn(5, 16))
+
+
+def test_an_option_given_by_its_wire_name_reaches_the_optimizer_not_the_model():
+    model = TwoLayer().eval()
+    result = optimize(model, torch.randn(4, 16), validate=False, time_limit_s=5)
+    assert result.validation["status"] == "skipped"
