@@ -53,6 +53,7 @@ bench: $(STAMP)
 	$(PY) -m bench.image
 	$(PY) -m bench.torch_zoo
 	$(PY) -m bench.hf_models
+	$(PY) -m bench.decode
 
 # The service image (both roles: `optu serve`, `optu worker`); on host-network-only machines the
 # build itself must use the host network too.
