@@ -104,12 +104,28 @@ class TorchFunction:
             kwargs = {k: kwargs[k] if k in kwargs else self.call.default(k) if self.call else None for k in named}
         leaves, spec = _pytree.tree_flatten((args, kwargs))
         if spec != self.in_spec:
-            raise TypeError(f"expected inputs structured as the example inputs ({self.in_spec}), got {spec}")
+            raise TypeError(f"{_structure_difference(spec, self.in_spec)}; expected inputs structured as the "
+                            f"example inputs ({self.in_spec}), got {spec}")
         for position, value in self.fixed_leaves.items():
             if leaves[position] != value:
                 raise TypeError(f"the model was optimized with {value!r} as its input {position} (export fixes "
                                 f"values that are not tensors); this call passes {leaves[position]!r}")
         return [x for k, x in enumerate(leaves) if k not in self.fixed_leaves]
+
+
+def _structure_difference(got: Any, expected: Any) -> str:
+    """The first argument whose structure differs from the example's, by name or position and
+    leaf count (a cache of another layer count), else the call's arguments as a whole."""
+    (got_args, got_kwargs), (expected_args, expected_kwargs) = got.children_specs, expected.children_specs
+    named = [(f"argument {k}", g, e) for k, (g, e) in enumerate(zip(got_args.children_specs,
+                                                                    expected_args.children_specs))]
+    if got_kwargs.context == expected_kwargs.context:
+        named += list(zip(got_kwargs.context, got_kwargs.children_specs, expected_kwargs.children_specs))
+    for name, g, e in named:
+        if g != e:
+            return (f"{name} holds {g.num_leaves} tensors or values where the example held {e.num_leaves}"
+                    if g.num_leaves != e.num_leaves else f"{name} is structured otherwise than the example")
+    return "the arguments differ from the example's in number or names"
 
 
 def _to_jax(tensor: Any) -> Any:

@@ -11,6 +11,7 @@ import copy
 import pytest
 import torch
 from torch.utils import _pytree
+from transformers import DynamicCache
 
 from bench.models.hf_zoo import build
 from service.client import optimize
@@ -113,6 +114,13 @@ def test_a_decode_step_takes_and_gives_back_the_kv_cache(name):
     with torch.no_grad(), pytest.raises(TypeError, match=r"past_key_values\[0\] has shape \[.*\]; the program "
                                                             r"was optimized for"):
         result.fn(**longer)
+    fewer = DynamicCache()  # one layer short
+    for layer, cached in enumerate(step["past_key_values"].layers[:-1]):
+        fewer.update(cached.keys.clone(), cached.values.clone(), layer)
+    layers = len(step["past_key_values"].layers)
+    with torch.no_grad(), pytest.raises(TypeError, match=f"past_key_values holds {2 * layers - 2} tensors or values "
+                                                         f"where the example held {2 * layers}"):
+        result.fn(**{**step, "past_key_values": fewer})
 
 
 @pytest.mark.parametrize("name", DECODERS)
