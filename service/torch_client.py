@@ -116,6 +116,8 @@ class TorchFunction:
 def _structure_difference(got: Any, expected: Any) -> str:
     """The first argument whose structure differs from the example's, by name or position and
     leaf count (a cache of another layer count), else the call's arguments as a whole."""
+    if not got.num_children == expected.num_children == 2:
+        return "the arguments differ from the example's"
     (got_args, got_kwargs), (expected_args, expected_kwargs) = got.children_specs, expected.children_specs
     named = [(f"argument {k}", g, e) for k, (g, e) in enumerate(zip(got_args.children_specs,
                                                                     expected_args.children_specs))]
