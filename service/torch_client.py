@@ -81,9 +81,7 @@ class TorchFunction:
         `argument 1`."""
         from torch.utils import _pytree
 
-        if self.call is not None:
-            args, kwargs = (), self.call.bind(args, kwargs)
-        paths = [path for path, _ in _pytree.tree_flatten_with_path((args, kwargs))[0]]
+        paths = [path for path, _ in _pytree.tree_flatten_with_path(self._bound(args, kwargs))[0]]
         (within, head, *rest) = [path for position, path in enumerate(paths) if position not in self.fixed_leaves][k]
         name = f"argument {head.idx}" if within.idx == 0 else str(head.key)
         for key in rest:
@@ -97,12 +95,7 @@ class TorchFunction:
         (flags, sizes) checked equal to the example's."""
         from torch.utils import _pytree
 
-        if self.call is not None:
-            args, kwargs = (), self.call.bind(args, kwargs)
-        named = self.in_spec.child(1).context if self.in_spec.num_children == 2 else None
-        if named is not None and set(kwargs) <= set(named):  # a dict's pytree spec holds its keys in order
-            kwargs = {k: kwargs[k] if k in kwargs else self.call.default(k) if self.call else None for k in named}
-        leaves, spec = _pytree.tree_flatten((args, kwargs))
+        leaves, spec = _pytree.tree_flatten(self._bound(args, kwargs))
         if spec != self.in_spec:
             raise TypeError(f"{_structure_difference(spec, self.in_spec)}; expected inputs structured as the "
                             f"example inputs ({self.in_spec}), got {spec}")
@@ -111,6 +104,16 @@ class TorchFunction:
                 raise TypeError(f"the model was optimized with {value!r} as its input {position} (export fixes "
                                 f"values that are not tensors); this call passes {leaves[position]!r}")
         return [x for k, x in enumerate(leaves) if k not in self.fixed_leaves]
+
+    def _bound(self, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
+        """A call's arguments as the example's were exported: a transformers model's bound by name,
+        keyword arguments in the exported order, the ones left out at their defaults."""
+        if self.call is not None:
+            args, kwargs = (), self.call.bind(args, kwargs)
+        named = self.in_spec.child(1).context if self.in_spec.num_children == 2 else None
+        if named is not None and set(kwargs) <= set(named):  # a dict's pytree spec holds its keys in order
+            kwargs = {k: kwargs[k] if k in kwargs else self.call.default(k) if self.call else None for k in named}
+        return args, kwargs
 
 
 def _structure_difference(got: Any, expected: Any) -> str:
