@@ -58,6 +58,7 @@ class TorchFunction:
         with x64_when(self._x64):
             self._weights = [jax.numpy.asarray(w) for w in captured.weights]
         self._run = PrecomputedProgram.of(program) or jitted_program(program)
+        self._guard = captured.guard and (captured.guard.checks, jitted_program(captured.guard.program))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         import torch
@@ -70,11 +71,22 @@ class TorchFunction:
                                 f"optimized for {spec['shape']}: optimize it again for this shape (torch.compile "
                                 f"does so for each new shape)")
         with x64_when(self._x64):  # torch's int64/float64 inputs cross as they are
-            outs = [torch.from_dlpack(o) for o in self._run(*self._weights, *map(_to_jax, tensors))]
+            inputs = [*self._weights, *map(_to_jax, tensors)]
+            self._check_indices(inputs)
+            outs = [torch.from_dlpack(o) for o in self._run(*inputs)]
         # every output is computed before an input the program read is written over
         for position, value in zip(self.mutated, outs):
             tensors[position].copy_(value)
         return _pytree.tree_unflatten(outs[len(self.mutated):], self.out_spec)
+
+    def _check_indices(self, inputs: list[Any]) -> None:
+        """Raise IndexError as eager PyTorch would where an index the call supplies is out of
+        range, before anything runs or any input is written in place."""
+        if self._guard:
+            checks, flags = self._guard
+            for what, out_of_range in zip(checks, flags(*inputs)):
+                if bool(out_of_range):
+                    raise IndexError(f"index out of range: {what} (eager PyTorch raises here as well)")
 
     def _name(self, args: tuple, kwargs: dict[str, Any], k: int) -> str:
         """The call's `k`-th tensor named by where it sits in the arguments: `past_key_values[0]`,

@@ -15,6 +15,7 @@ from wire.aten.checks import AssertionFailed
 from wire.aten.nn import Unavailable
 from wire.capture import inline_calls, jaxpr_to_wire
 from wire.format import WireProgram
+from wire.index_guard import Bound, IndexGuard, IndexOutOfRange, collecting, split_guard
 from wire.torch_hf import NamedCall, export_pretrained, is_pretrained
 from wire.torch_reference import float64_reference
 
@@ -55,6 +56,8 @@ class TorchProgram:
     # the user's tensors the model updates in place (a static KV cache), by position among the
     # program's user inputs: the program's first outputs are their new values, in this order
     mutated: list[int] = field(default_factory=list)
+    # the index bounds eager PyTorch checks on each call (None: every index is decided by the capture)
+    guard: IndexGuard | None = None
 
 
 def to_numpy(tensor: Any) -> np.ndarray:
@@ -127,12 +130,12 @@ def capture_exported(exported: Any) -> TorchProgram:
         else:
             raise TorchCaptureError(f"input {node.name!r} ({spec.kind.name}) is neither a tensor nor a number; "
                                     "only those can be captured (pass other values by closing over them)")
-    program = graph_to_wire(exported.graph, roles, constants)
+    program, guard = graph_to_wire(exported.graph, roles, constants)
     inputs = [n.name for n in placeholders if n.name not in constants]
     user_tensors = inputs[len(weights):]
     return TorchProgram(program, weights, exported.call_spec.in_spec, exported.call_spec.out_spec,
                         float64_reference(exported.graph_module, inputs, constants), fixed_leaves,
-                        mutated=[user_tensors.index(name) for name in mutated])
+                        mutated=[user_tensors.index(name) for name in mutated], guard=guard)
 
 
 def _fixable(value: Any) -> bool:
@@ -140,17 +143,27 @@ def _fixable(value: Any) -> bool:
     return value is None or isinstance(value, (bool, int, float, str))
 
 
-def graph_to_wire(graph: Any, roles: Sequence[str], constants: dict[str, Any] | None = None) -> dict:
+def graph_to_wire(graph: Any, roles: Sequence[str], constants: dict[str, Any] | None = None
+                  ) -> tuple[dict, IndexGuard | None]:
     """The wire program of a core-ATen FX graph: its placeholders (less those in `constants`) are
-    the program's inputs with `roles`, its output node's values the outputs."""
+    the program's inputs with `roles`, its output node's values the outputs; and the guard of the
+    index bounds torch would check on its inputs."""
     constants = constants or {}
     inputs = [n for n in graph.nodes if n.op == "placeholder" and n.name not in constants]
     avals = [_aval(n) for n in inputs]
+    checks: list[str] = []
+
+    def outputs_and_flags(*xs: Any) -> list:
+        with collecting() as bounds:
+            outs = _interpret(graph, inputs, xs, constants, bounds)
+        checks.extend(bound.what for bound in bounds)
+        return outs + [bound.flag for bound in bounds]
+
     with jax.enable_x64(True):
-        closed = inline_calls(jax.make_jaxpr(lambda *xs: _interpret(graph, inputs, xs, constants))(*avals))
-        program = jaxpr_to_wire(closed, list(roles))
+        closed = inline_calls(jax.make_jaxpr(outputs_and_flags)(*avals))
+        program, guard = split_guard(jaxpr_to_wire(closed, list(roles)), checks)
     WireProgram.model_validate(program)
-    return program
+    return program, guard
 
 
 def _aval(node: Any) -> jax.ShapeDtypeStruct:
@@ -158,7 +171,8 @@ def _aval(node: Any) -> jax.ShapeDtypeStruct:
     return jax.ShapeDtypeStruct(spec.shape, spec.dtype)
 
 
-def _interpret(graph: Any, inputs: list, values: Sequence[Any], constants: dict[str, Any]) -> list:
+def _interpret(graph: Any, inputs: list, values: Sequence[Any], constants: dict[str, Any],
+               bounds: list[Bound]) -> list:
     import jax.numpy as jnp
     from torch.fx.node import map_aggregate
 
@@ -187,14 +201,17 @@ def _interpret(graph: Any, inputs: list, values: Sequence[Any], constants: dict[
         if entry is None:
             raise UnsupportedAtenOp(op, node.name)
         args = [_available(a, op, node) for a in value(list(node.args))]
-        out = _out_spec(node)
+        out, stated = _out_spec(node), len(bounds)
         try:
             result = entry.lower(out, *args, **value(dict(node.kwargs)))
-        except AssertionFailed as failed:
+        except (AssertionFailed, IndexOutOfRange) as failed:
             raise TorchCaptureError(f"FX node {node.name!r} ({op}): {failed}") from None
         except Unsupported as refused:
             raise UnsupportedAtenOp(op, node.name, str(refused)) from None
         _check(result, out, node)
+        indexed = getattr(node.args[0], "name", "its operand") if node.args else "its operand"
+        for bound in bounds[stated:]:
+            bound.what = f"FX node {node.name!r} ({op}) on {indexed} {bound.what}"
         env[node] = result
     raise TorchCaptureError("the FX graph has no output node")
 

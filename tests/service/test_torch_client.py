@@ -134,6 +134,30 @@ def test_a_model_that_updates_its_input_in_place_gets_it_updated_by_the_optimize
         assert not torch.equal(mine[at], before[at]) and torch.equal(mine[others], before[others])
 
 
+def test_a_position_past_the_cache_is_an_index_error_as_in_eager_and_writes_nothing():
+    """JAX's scatter drops a write out of range where torch raises: the guard raises first, through
+    `optimize` and through the backend alike, and the cache stays as it was."""
+    from service.torch_backend import optu_backend
+
+    model = RingCache().eval()
+    cache, row = torch.randn(6, 8), torch.randn(1, 8)
+    fn = optimize(model, cache.clone(), row, torch.tensor([2]), time_limit_s=5).fn
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=optu_backend, options={"time_limit_s": 5})
+    for run in (fn, compiled):
+        mine = cache.clone()
+        with torch.no_grad():
+            run(mine, row, torch.tensor([5]))  # the last row is in range
+            written = mine.clone()
+            with pytest.raises(IndexError, match=r"index out of range: .*\[6, 8\] tensor along dim 0; every index "
+                                                 r"must lie in \[-6, 6\)"):
+                run(mine, row, torch.tensor([6]))
+        assert torch.equal(mine, written)
+    with pytest.raises(IndexError):
+        model(cache.clone(), row, torch.tensor([6]))
+    torch._dynamo.reset()
+
+
 def test_a_call_with_another_shape_than_the_optimized_one_is_an_error_naming_the_argument():
     model = TwoLayer().eval()
     result = optimize(model, torch.randn(4, 16), time_limit_s=5)

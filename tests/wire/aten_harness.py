@@ -46,10 +46,13 @@ def run_both(op: Any, *args: Any, outputs: int | None = None, **kwargs: Any
              ) -> tuple[list[np.ndarray], list[np.ndarray], dict]:
     """(wire program's outputs, torch's outputs, the program) of `op` at these arguments."""
     graph, inputs, expected = aten_graph(op, args, kwargs, outputs)
-    program = graph_to_wire(graph, ["activation"] * len(inputs))
+    program, guard = graph_to_wire(graph, ["activation"] * len(inputs))
     with jax.enable_x64(True):  # int64/float64 run as declared
         typecheck(program)
         got = program_to_callable(program)(*[to_numpy(t) for t in inputs])
+        if guard is not None:  # torch ran the op at these arguments, so no index was out of range
+            typecheck(guard.program)
+            assert not any(program_to_callable(guard.program)(*[to_numpy(t) for t in inputs])), guard.checks
     return [np.asarray(g) for g in got], [to_numpy(e) for e in expected], program
 
 

@@ -9,6 +9,7 @@ import numpy as np
 
 from wire.aten import as_dtype, lowers
 from wire.aten.nn import Unavailable, layer_norm
+from wire.index_guard import require_in_range
 
 
 def _linear(x, weight, bias):
@@ -99,6 +100,7 @@ def _embedding_bag(out, weight, indices, offsets, scale_grad_by_freq=False, mode
     member = bag_of[None, :] == jnp.arange(bags, dtype=bag_of.dtype)[:, None]
     if padding_idx is not None and padding_idx >= 0:
         member = member & (indices != padding_idx)[None, :]
+    require_in_range(indices, weight.shape[0], negative=False, what=f"reads rows of a {list(weight.shape)} table")
     rows = jnp.take(weight, indices, axis=0, mode="clip")
     if per_sample_weights is not None:
         rows = rows * per_sample_weights[:, None]

@@ -7,6 +7,7 @@ import numpy as np
 from jax import lax
 
 from wire.aten import as_dtype, lowers
+from wire.index_guard import require_in_range
 
 
 @lowers("aten.mm.default", "aten.bmm.default")
@@ -213,4 +214,5 @@ def _upsample_linear(out, x, output_size, align_corners, scale_factors):
 
 @lowers("aten.embedding.default")
 def _embedding(out, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    require_in_range(indices, weight.shape[0], negative=False, what=f"reads rows of a {list(weight.shape)} table")
     return jnp.take(weight, indices, axis=0, mode="clip")
