@@ -74,6 +74,29 @@ def test_node_limit_stops_a_growing_egraph():
     assert free.enodes > report.enodes
 
 
+def horner(x, a):
+    """Products over sums nested six deep: distributivity both ways and commutativity multiply
+    one another's matches (5k e-nodes became 64k in one pass when distributivity ran unthrottled)."""
+    y = a
+    for k in range(6):
+        y = x * (y + a * k)
+    return y
+
+
+def interleaved(x, a):
+    y = x
+    for _ in range(5):
+        y = (x + a) * (y + x) + a * y
+    return y
+
+
+@pytest.mark.parametrize("program", [horner, interleaved])
+def test_distributivity_does_not_multiply_the_forms_of_nested_sums_of_products(program):
+    loaded, report = run(program, random_args(3, [(4, 4), (4, 4)]), time_limit_s=600)
+    assert report.stop_reason != "node_limit" and report.enodes <= Budget().node_limit
+    assert {"factor-mul-add", "expand-mul-add"} <= set(report.rules_fired)
+
+
 def test_time_limit_is_checked_before_each_iteration():
     _, report = run(lambda x: x.T.T, X, time_limit_s=0.0)
     assert (report.stop_reason, report.iterations) == ("time_limit", 0)
