@@ -5,8 +5,10 @@ its step jitted with a preallocated cache of 128, 1024 and 4096 positions and th
 last one. Per length: the step's time on this CPU through the jit client (the returned program,
 its weight-only work run once) against `jax.jit` of the step, in interleaved rounds; the
 estimate of the returned program against the fair baseline and the lower bound on optu-v1 and
-gpu-roofline. Writes bench/results/decode.json and the README table between
-`<!-- decode:begin/end -->`.
+gpu-roofline. The same for PyTorch: a Hugging Face GPT-2 of the same sizes, its step on a static
+cache of that length through `optimize` (the returned callable, its cache written in place)
+against eager, every call at the last position. Writes bench/results/decode.json and the README
+table between `<!-- decode:begin/end -->`.
 """
 from __future__ import annotations
 
@@ -42,21 +44,56 @@ def measure(length: int, budget_s: float) -> dict[str, Any]:
                                       "optimized_s": estimate["optimized"]["time_s"],
                                       "optimized_over_bound": estimate["optimized_over_bound"],
                                       "binding": estimate["lower_bound"]["binding"]}
-    print(f"L={length}: jax.jit {fmt_time(row['jax_jit_s'])}, optimized {fmt_time(row['optimized_s'])}", flush=True)
+    row.update(torch_step(length, budget_s))
+    print(f"L={length}: jax.jit {fmt_time(row['jax_jit_s'])}, optimized {fmt_time(row['optimized_s'])}; "
+          f"eager {fmt_time(row['eager_s'])}, optimized {fmt_time(row['torch_optimized_s'])}", flush=True)
     return row
 
 
+def torch_step(length: int, budget_s: float) -> dict[str, Any]:
+    """GPT-2's decode step at the last position of a static cache, eager against the callable
+    `optimize` returns (optimized for cpu-host), in interleaved rounds."""
+    import torch
+    import transformers
+
+    config = transformers.GPT2Config(vocab_size=512, n_embd=256, n_layer=2, n_head=4, n_positions=length)
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    cache = transformers.StaticCache(config=config, max_cache_len=length)
+    step = {"input_ids": torch.tensor([[7]]), "past_key_values": cache,
+            "cache_position": torch.tensor([length - 1]), "use_cache": True}
+
+    def wind_back():  # each call writes the last row and counts a token: every call at the last position
+        for layer in cache.layers:
+            layer.cumulative_length.fill_(length - 1)
+
+    def at_last_position(run):
+        return lambda: (wind_back(), run(**step).logits)[1]
+
+    with torch.no_grad():
+        model(**step)  # the static cache allocates its tensors on its first update
+        wind_back()
+        result = optimize(model, **step, hardware="cpu-host")
+        fns = {"eager": at_last_position(model), "optimized": at_last_position(result.fn)}
+        times = interleaved_rounds(fns, (), budget_s, runs=5, min_reps=10)["times"]
+    return {"eager_s": times["eager"]["median_s"], "torch_optimized_s": times["optimized"]["median_s"],
+            "torch_validation": result.response["torch_validation"]["status"]}
+
+
 def table(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
-    lines = [f"Decode step with a KV cache (bench/models/kv_decoder.py: hidden 256, 4 heads, 2 layers), "
-             f"measured on {machine_line(meta)}; CPU: the step through the jit client (optimized for "
-             f"cpu-host) against jax.jit, medians of interleaved rounds, > 1 means the optimized step is "
-             f"faster. Regenerate with `python -m bench.decode`.", "",
-             "| cache length | jax.jit | optimized | CPU ratio | optu-v1 speedup | / bound | gpu-roofline speedup | / bound |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [f"Decode step with a KV cache (JAX: bench/models/kv_decoder.py; PyTorch: a Hugging Face GPT-2 on a "
+             f"static cache; both hidden 256, 4 heads, 2 layers), measured on {machine_line(meta)}; CPU: the "
+             f"step through the jit client or `optimize` (optimized for cpu-host) against jax.jit or eager, "
+             f"medians of interleaved rounds, > 1 means the optimized step is faster. Regenerate with "
+             f"`python -m bench.decode`.", "",
+             "| cache length | jax.jit | optimized | CPU ratio | torch eager | optimized | CPU ratio "
+             "| optu-v1 speedup | / bound | gpu-roofline speedup | / bound |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         e = r["estimates"]
         lines.append(f"| {r['length']} | {fmt_time(r['jax_jit_s'])} | {fmt_time(r['optimized_s'])} | "
-                     f"{fmt_ratio(r['jax_jit_s'] / r['optimized_s'])} | "
+                     f"{fmt_ratio(r['jax_jit_s'] / r['optimized_s'])} | {fmt_time(r['eager_s'])} | "
+                     f"{fmt_time(r['torch_optimized_s'])} | {fmt_ratio(r['eager_s'] / r['torch_optimized_s'])} | "
                      + " | ".join(f"{fmt_ratio(e[p]['speedup_vs_baseline'])} | {fmt_ratio(e[p]['optimized_over_bound'])} "
                                   f"({e[p]['binding']})" for p in PROFILES) + " |")
     return "\n".join(lines)

@@ -10,7 +10,8 @@ import jax
 import numpy as np
 import pytest
 
-from bench import assumptions, attention, ceiling, cpu_speed, lower_bound, never_worse, run, speed, time_limits
+from bench import (assumptions, attention, ceiling, cpu_speed, decode, lower_bound, never_worse, run, speed,
+                   time_limits)
 from bench.models.registry import LARGE, MODELS, RNN_AND_CHAINS, SMALL, build
 from bench.models.variants import MODELS_WITH_ALTERNATIVES, alternatives
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
@@ -200,6 +201,16 @@ def test_attention_benchmark_reports_both_profiles_and_times_the_blocks_on_this_
                                rtol=1e-5, atol=1e-6)  # the hand-written block computes the same
     assert json.loads(out.read_text())["rows"][0]["n"] == 64
     assert "| encoder block | 64 |" in attention.table(rows, run.machine())
+
+
+def test_decode_benchmark_times_the_jax_and_the_torch_step_against_their_references(tmp_path):
+    out = tmp_path / "decode.json"
+    (row,) = decode.main(["--lengths", "32", "--budget-s", "0.2", "--out", str(out), "--no-readme"])["rows"]
+    assert min(row["jax_jit_s"], row["optimized_s"], row["eager_s"], row["torch_optimized_s"]) > 0
+    assert row["cpu_validation"] in ("passed", "identical") and row["torch_validation"] in ("passed", "identical")
+    assert set(row["estimates"]) == set(decode.PROFILES)
+    assert json.loads(out.read_text())["rows"][0]["length"] == 32
+    assert "| 32 |" in decode.table([row], run.machine())
 
 
 def test_lower_bound_benchmark_counts_the_programs_where_the_bound_held(tmp_path):
