@@ -24,8 +24,10 @@ class KVDecoder:
         w = lambda *shape: (rng.normal(size=shape) / np.sqrt(shape[0])).astype(np.float32)
         h = self.hidden
         layer = lambda: {"qkv": w(h, 3 * h), "out": w(h, h), "up": w(h, 4 * h), "down": w(4 * h, h)}
-        return {"embed": w(self.vocab, h) * 4, "layers": [layer() for _ in range(self.layers)],
-                "head": w(h, self.vocab)}
+        # held as JAX arrays, as a JAX model's initializers give them (NumPy arrays would be copied
+        # to the device on every call, and may change between calls)
+        return jax.tree.map(jnp.asarray, {"embed": w(self.vocab, h) * 4, "layers": [layer() for _ in range(self.layers)],
+                                          "head": w(h, self.vocab)})
 
     def empty_cache(self) -> jax.Array:
         """Keys or values: layers x length x heads x head dim, zeros."""
