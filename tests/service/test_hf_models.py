@@ -11,7 +11,7 @@ import copy
 import pytest
 import torch
 from torch.utils import _pytree
-from transformers import DynamicCache
+from transformers import DynamicCache, StaticCache
 
 from bench.models.hf_zoo import build
 from service.client import optimize
@@ -195,3 +195,22 @@ def test_greedy_generate_with_a_static_cache_compiles_its_step_once_and_gives_ea
         same_as_eager(model.generate(**prompt, **settings))
     assert optimizations() == first
     torch._dynamo.reset()
+
+
+def test_a_static_cache_decode_loop_over_the_optimized_step_gives_eager_s_tokens():
+    """The other entry point: the step optimized once by `optimize` and called by hand at every
+    position of a static cache (prefilled eagerly), its cache written back in place each call."""
+    model, inputs = build("llama")
+    prompt = inputs["input_ids"][:1, :8]
+    with torch.no_grad():
+        expected = model.generate(prompt, max_new_tokens=8, do_sample=False, cache_implementation="static")
+        cache = StaticCache(config=model.config, max_cache_len=16)
+        logits = model(prompt, past_key_values=cache, cache_position=torch.arange(8), use_cache=True).logits
+        step = lambda token, at: {"input_ids": token, "past_key_values": cache,  # noqa: E731
+                                  "cache_position": torch.tensor([at]), "use_cache": True}
+        tokens = [logits[:, -1].argmax(-1, keepdim=True)]
+        result = optimize(model, **step(tokens[0], 8), time_limit_s=10)
+        assert result.validation["status"] in VERDICTS
+        for at in range(8, 15):
+            tokens.append(result.fn(**step(tokens[-1], at)).logits[:, -1].argmax(-1, keepdim=True))
+    assert torch.equal(torch.cat([prompt, *tokens], dim=1), expected)
