@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from wire.execute import program_to_callable
+from wire.primitives import live_equations
 
 
 class IndexOutOfRange(ValueError):
@@ -80,7 +81,7 @@ def split_guard(program: dict, checks: list[str]) -> tuple[dict, IndexGuard | No
     model_eqns = _needed(eqns, outputs) | (set(range(len(eqns))) - flag_eqns)
     model = {**program, "eqns": [e for k, e in enumerate(eqns) if k in model_eqns], "outputs": outputs}
     inputs = {i["name"] for i in program["inputs"]}
-    per_call = [k for k, flag in enumerate(flags) if any(x in inputs for x in _reads(eqns, [flag]))]
+    per_call = [k for k, flag in enumerate(flags) if _reads(eqns, _needed(eqns, [flag])) & inputs]
     decided = [k for k in range(len(flags)) if k not in per_call]
     if decided:
         for k, out_of_range in zip(decided, program_to_callable(_flags_program(program, [flags[k] for k in decided],
@@ -94,24 +95,18 @@ def split_guard(program: dict, checks: list[str]) -> tuple[dict, IndexGuard | No
 
 def _flags_program(program: dict, flags: list, inputs: list | None = None) -> dict:
     """The part of `program` computing `flags`, on its inputs (or on `inputs`)."""
-    eqns = [e for k, e in enumerate(program["eqns"]) if k in _needed(program["eqns"], flags)]
-    read = _reads(program["eqns"], flags)
+    needed = _needed(program["eqns"], flags)
+    read = _reads(program["eqns"], needed)
     return {**program, "inputs": program["inputs"] if inputs is None else inputs,
-            "consts": [c for c in program["consts"] if c["name"] in read], "eqns": eqns, "outputs": flags}
+            "consts": [c for c in program["consts"] if c["name"] in read], "outputs": flags,
+            "eqns": [e for k, e in enumerate(program["eqns"]) if k in needed]}
 
 
-def _reads(eqns: list[dict], roots: list) -> set[str]:
-    """The names the values `roots` are computed from (themselves included)."""
-    needed = _needed(eqns, roots)
-    return {x for k in needed for x in eqns[k]["in"] if isinstance(x, str)} | {r for r in roots if isinstance(r, str)}
+def _reads(eqns: list[dict], needed: set[int]) -> set[str]:
+    """The names the equations at `needed` read."""
+    return {x for k in needed for x in eqns[k]["in"] if isinstance(x, str)}
 
 
 def _needed(eqns: list[dict], roots: list) -> set[int]:
     """The positions of the equations the values `roots` are computed from."""
-    wanted = {r for r in roots if isinstance(r, str)}
-    needed = set()
-    for k in range(len(eqns) - 1, -1, -1):
-        if any(o["name"] in wanted for o in eqns[k]["out"]):
-            needed.add(k)
-            wanted.update(x for x in eqns[k]["in"] if isinstance(x, str))
-    return needed
+    return set(live_equations(eqns, roots, with_effects=False))

@@ -134,14 +134,15 @@ def deterministic(eqn: dict) -> bool:
     return eqn["op"] in PRIMITIVES and all(deterministic(e) for body in nested_programs(eqn) for e in body["eqns"])
 
 
-def live_equations(eqns: list[dict], outputs: list) -> list[int]:
-    """Indices, in order, of the equations a returned value depends on and of every one that is not
-    deterministic (it may act on the world, so it runs whether its values are read or not)."""
+def live_equations(eqns: list[dict], outputs: list, with_effects: bool = True) -> list[int]:
+    """Indices, in order, of the equations a returned value depends on and (`with_effects`) of every
+    one that is not deterministic (it may act on the world, so it runs whether its values are read
+    or not)."""
     needed = {o for o in outputs if isinstance(o, str)}
     kept = []
     for index in range(len(eqns) - 1, -1, -1):
         eqn = eqns[index]
-        if not deterministic(eqn) or any(o["name"] in needed for o in eqn["out"]):
+        if (with_effects and not deterministic(eqn)) or any(o["name"] in needed for o in eqn["out"]):
             kept.append(index)
             needed.update(a for a in eqn["in"] if isinstance(a, str))
     return kept[::-1]

@@ -209,9 +209,8 @@ def _interpret(graph: Any, inputs: list, values: Sequence[Any], constants: dict[
         except Unsupported as refused:
             raise UnsupportedAtenOp(op, node.name, str(refused)) from None
         _check(result, out, node)
-        indexed = getattr(node.args[0], "name", "its operand") if node.args else "its operand"
-        for bound in bounds[stated:]:
-            bound.what = f"FX node {node.name!r} ({op}) on {indexed} {bound.what}"
+        for bound in bounds[stated:]:  # an index lowering's operand 0 is the tensor it indexes
+            bound.what = f"FX node {node.name!r} ({op}) on {getattr(node.args[0], 'name', 'its operand')} {bound.what}"
         env[node] = result
     raise TorchCaptureError("the FX graph has no output node")
 
