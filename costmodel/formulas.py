@@ -85,8 +85,9 @@ def _check_dims(**dims: int) -> None:
             raise ValueError(f"{name} must be >= 0, got {value}")
 
 
-def gemm_cost(p: HardwareProfile, m: int, k: int, n: int, batch: int = 1) -> GemmCost:
-    """(m x k) @ (k x n), `batch` times, with the (k x n) operand held as the stationary weight."""
+def gemm_cost(p: HardwareProfile, m: int, k: int, n: int, batch: int = 1, rate: float = 1.0) -> GemmCost:
+    """(m x k) @ (k x n), `batch` times, with the (k x n) operand held as the stationary weight;
+    `rate`: the operands' throughput relative to the clock's (`GemmUnit.rate`)."""
     _check_dims(m=m, k=k, n=n, batch=batch)
     g = p.gemm
     k_splits = math.ceil(k / g.cols)
@@ -95,8 +96,8 @@ def gemm_cost(p: HardwareProfile, m: int, k: int, n: int, batch: int = 1) -> Gem
     if m == 0 or tiles == 0 or batch == 0:  # empty operand: nothing is loaded or streamed
         return GemmCost(tiles, k_splits, 0, 0, 0.0, 0.0, 0.0, "optical")
     weight_loads = batch * tiles
-    load_part = g.weight_load_s * (1.0 - g.weight_load_overlap)
-    stream_part = max(m, 1) / g.clock_hz  # a pass over the rows takes at least one clock
+    load_part = g.weight_load_s * (1.0 - g.weight_load_overlap) / rate
+    stream_part = max(m, 1) / (g.clock_hz * rate)  # a pass over the rows takes at least one clock
     time_s = weight_loads * (load_part + stream_part) / g.cores + g.call_overhead_s
     energy_j = (
         weight_loads * g.rows * g.cols * g.weight_cell_energy_j
@@ -116,12 +117,12 @@ def gemm_cost(p: HardwareProfile, m: int, k: int, n: int, batch: int = 1) -> Gem
     )
 
 
-def conv_cost(p: HardwareProfile, m: int, k: int, n: int, groups: int = 1) -> GemmCost:
+def conv_cost(p: HardwareProfile, m: int, k: int, n: int, groups: int = 1, rate: float = 1.0) -> GemmCost:
     """A convolution as an implicit GEMM: m output positions, k = window x in-features and n
     out-features per group. Either operand may be the stationary one. Where the profile has a
     gather rate, gathering the m positions' patches (im2col) bounds the time, which is what limits
     a convolution with few features; a fixed conv setup replaces the GEMM call cost."""
-    g = min(gemm_cost(p, m, k, n, groups), gemm_cost(p, n, k, m, groups), key=lambda c: c.time_s)
+    g = min(gemm_cost(p, m, k, n, groups, rate), gemm_cost(p, n, k, m, groups, rate), key=lambda c: c.time_s)
     if not g.weight_loads:
         return g
     rate = p.gemm.conv_positions_per_s

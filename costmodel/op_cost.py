@@ -69,16 +69,36 @@ def gemm_dims(op: str, params: dict[str, Any], ins: list[Aval], out: Aval) -> tu
     return m, k, out_features // groups, groups
 
 
+def gemm_operand_class(dtype: str, precision: Any) -> str:
+    """The key `GemmUnit.rate` prices a GEMM's operand by: its dtype, or "float32_highest" for
+    float32 at HIGHEST precision (one of the pair suffices: XLA runs the product at the higher)."""
+    return f"{dtype}_highest" if dtype == "float32" and "HIGHEST" in _precision_names(precision) else dtype
+
+
+def _precision_names(precision: Any) -> list[str]:
+    """A dot's `precision` param as names, in any of its forms: None, a Precision, a wire enum
+    ({"enum": "Precision", "value": "HIGHEST"}) or a pair of them."""
+    if precision is None:
+        return []
+    if isinstance(precision, (list, tuple)):
+        return [name for part in precision for name in _precision_names(part)]
+    if isinstance(precision, dict):
+        return [str(precision.get("value"))]
+    return [getattr(precision, "name", str(precision))]
+
+
 def op_cost(p: HardwareProfile, op: str, params: dict[str, Any], ins: list[Aval], out: Aval) -> OpCost:
     if op in GEMM_OPS:
         try:
             m, k, n, batch = gemm_dims(op, params, ins, out)
         except (KeyError, TypeError, IndexError, ValueError):
             return _host(p, ins, out)  # unusual params: price it like an opaque op
+        rate = min(p.gemm.rate(gemm_operand_class(dtype, params.get("precision"))) for _, dtype in ins[:2])
         if op == "conv_general_dilated":
-            g = conv_cost(p, m, k, n, batch)
+            g = conv_cost(p, m, k, n, batch, rate)
         else:  # weight-stationary either way round: the compiler programs whichever operand pays less
-            g = min((gemm_cost(p, m, k, n, batch), gemm_cost(p, n, k, m, batch)), key=lambda c: c.time_s)
+            g = min((gemm_cost(p, m, k, n, batch, rate), gemm_cost(p, n, k, m, batch, rate)),
+                    key=lambda c: c.time_s)
         return OpCost("gemm", g.time_s, g.energy_j, g.flops, g.bound, g.tiling())
     if op in LOOP_OPS:
         try:
@@ -107,7 +127,8 @@ def _idiom_cost(p: HardwareProfile, op: str, ins: list[Aval], out: Aval) -> OpCo
         t, e, flops = vector_cost(p, {k: n * elements for k, n in IDIOMS[op].items()}, touched)
         return OpCost("vector", t, e, flops, "vector")
     (b, h, s, dim), keys = ins[0][0], ins[1][0][-1]
-    scores, mix = gemm_cost(p, s, dim, keys, b * h), gemm_cost(p, s, keys, dim, b * h)
+    rate = p.gemm.rate(gemm_operand_class(ins[0][1], None))
+    scores, mix = gemm_cost(p, s, dim, keys, b * h, rate), gemm_cost(p, s, keys, dim, b * h, rate)
     t, e, flops = vector_cost(p, {k: n * b * h * s * keys for k, n in IDIOMS["softmax"].items()}, touched)
     return OpCost("gemm", scores.time_s + mix.time_s + t, scores.energy_j + mix.energy_j + e,
                   scores.flops + mix.flops + flops, scores.bound, scores.tiling())

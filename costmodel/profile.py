@@ -89,6 +89,22 @@ class GemmUnit(_Section):
     # Output positions per second a convolution's patch gather (im2col) sustains: it bounds a
     # convolution with few features; None: the gather is free (the implicit GEMM streams patches).
     conv_positions_per_s: Positive | None = None
+    # Throughput by operand type, relative to the rate the tiles and clock describe (1: that rate),
+    # keyed by `gemm_operand_class`: a dtype ("bfloat16", "float32") or "float32_highest" (float32
+    # at HIGHEST precision); "default" for the unlisted. Empty: every type at the clock's rate. A
+    # GPU's tensor cores run float32 at default precision as TF32, slower than bf16, and at HIGHEST
+    # as float32 on the CUDA cores, slower still.
+    precision_rates: dict[str, Positive] = Field(default_factory=dict)
+
+    def rate(self, operand_class: str) -> float:
+        """The throughput of GEMMs on `operand_class` operands relative to the clock's rate."""
+        dtype = operand_class.removesuffix("_highest")
+        return self.precision_rates.get(operand_class, self.precision_rates.get(
+            dtype, self.precision_rates.get("default", 1.0)))
+
+    def __hash__(self) -> int:  # the dict field would make pydantic's frozen hash fail
+        return hash(tuple((k, v) for k, v in self.model_dump().items() if k != "precision_rates")
+                    + tuple(sorted(self.precision_rates.items())))
 
 
 class VectorUnit(_Section):
@@ -264,8 +280,9 @@ def with_overrides(profile: HardwareProfile, overrides: dict[str, Any]) -> Hardw
                 raise ProfileError(
                     f"override '{dotted}': unknown field '{'.'.join(parts[: depth + 1])}'", field=dotted
                 )
-        # op_weights is an open table: any op kind may be added; everywhere else names are fixed.
-        open_table = parts[:-1] == ["vector", "op_weights"]
+        # op_weights and precision_rates are open tables: any op kind or operand type may be added;
+        # everywhere else names are fixed.
+        open_table = parts[:-1] in (["vector", "op_weights"], ["gemm", "precision_rates"])
         if parts[-1] not in node and not open_table:
             raise ProfileError(f"override '{dotted}': unknown field", field=dotted)
         if isinstance(node.get(parts[-1]), dict):

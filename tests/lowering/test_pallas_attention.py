@@ -174,8 +174,9 @@ def test_gpu_roofline_prices_the_fused_kernel_only_where_pallas_returns_it(n):
 
 
 def test_gpu_roofline_short_attention_stays_as_xla_runs_it():
-    """Scores that fit the L2: the plain kernels are cheaper, so nothing fused is claimed or returned."""
-    spec = _spec(1, 12, 512, 64)
+    """Short scores: the plain kernels are cheaper, so nothing fused is claimed or returned (under the
+    H200's measured GEMM rate, bandwidth and launch cost the fused kernel wins from N = 512 on)."""
+    spec = _spec(1, 12, 256, 64)
     program = capture(causal, spec, spec, spec)
     xla = optimize(program, "gpu-roofline", {"validate": False})
     pallas = optimize(program, "gpu-roofline", {"validate": False, "lowering": "pallas"})

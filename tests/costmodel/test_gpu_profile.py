@@ -1,0 +1,90 @@
+"""gpu-roofline against the figures measured on an NVIDIA H200: each number the measurements cover
+reproduces its figure through the cost model, GEMMs priced by the type their operands run as."""
+import json
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax import lax
+
+from costmodel.op_cost import gemm_operand_class, op_cost
+from costmodel.profile import PROFILES_DIR, load_profile, with_overrides
+from lowering.kernels import build_kernel_program
+from wire.capture import capture
+
+pytestmark = pytest.mark.unit
+
+MEASURED = json.loads((PROFILES_DIR / "measured" / "h200.json").read_text())
+FIGURES = MEASURED["figures"]
+GPU = load_profile("gpu-roofline")
+N = 8192
+DOT = {"dimension_numbers": [[[1], [0]], [[], []]]}
+HIGHEST = [{"enum": "Precision", "value": "HIGHEST"}] * 2  # the wire's form of precision=HIGHEST
+
+
+def _tflops(profile, dtype: str, precision) -> float:
+    square = ((N, N), dtype)
+    cost = op_cost(profile, "dot_general", {**DOT, "precision": precision}, [square, square], square)
+    return 2 * N ** 3 / cost.time_s / 1e12
+
+
+@pytest.mark.parametrize("figure, dtype, precision", [
+    ("matmul_bf16_tflops", "bfloat16", None),
+    ("matmul_f32_default_tflops", "float32", None),
+    ("matmul_f32_highest_tflops", "float32", HIGHEST),
+])
+def test_an_8192_cubed_product_runs_at_the_rate_measured_for_its_operand_type(figure, dtype, precision):
+    assert _tflops(GPU, dtype, precision) == pytest.approx(FIGURES[figure], rel=5e-3)
+    assert GPU.provenance[f"gemm.precision_rates.{gemm_operand_class(dtype, precision)}"].source.count(figure) == 1
+
+
+def test_a_streaming_add_over_1_gib_moves_at_the_measured_bandwidth():
+    spec = jax.ShapeDtypeStruct((1 << 28,), jnp.float32)
+    kernels = build_kernel_program(capture(lambda x, y: x + y, spec, spec), GPU)
+    moved_bytes = 3 * 4 * (1 << 28)  # two reads and a write, as the figure counts them
+    assert len(kernels.kernels) == 1 and kernels.kernels[0].estimate.bound == "memory"
+    assert moved_bytes / kernels.total.time_s / 1e9 == pytest.approx(FIGURES["stream_add_gbps"], rel=1e-2)
+    assert "stream_add_gbps" in GPU.provenance["memory.hbm_bw_bytes_per_s"].source
+
+
+def test_each_kernel_launch_costs_what_one_more_unfusable_kernel_measured():
+    assert GPU.kernel.launch_overhead_s * 1e6 == pytest.approx(FIGURES["per_kernel_us"], rel=1e-3)
+    assert "per_kernel_us" in GPU.provenance["kernel.launch_overhead_s"].source
+
+
+def test_float32_at_highest_precision_is_priced_slower_than_at_default_and_bf16_faster():
+    """What a user's precision= changes on a GPU, seen through a whole program's estimate."""
+    spec, half = jax.ShapeDtypeStruct((2048, 2048), jnp.float32), jax.ShapeDtypeStruct((2048, 2048), jnp.bfloat16)
+    time = {name: build_kernel_program(capture(fn, *specs), GPU).total.time_s for name, fn, specs in [
+        ("bf16", lambda x, w: jnp.dot(x, w), (half, half)),
+        ("default", lambda x, w: jnp.dot(x, w), (spec, spec)),
+        ("highest", lambda x, w: jnp.dot(x, w, precision=lax.Precision.HIGHEST), (spec, spec)),
+    ]}
+    assert time["bf16"] < time["default"] < time["highest"]
+    assert time["highest"] > 5 * time["default"]
+
+
+@pytest.mark.parametrize("precision, expected", [
+    (None, "float32"),
+    (HIGHEST, "float32_highest"),
+    ([{"enum": "Precision", "value": "DEFAULT"}, {"enum": "Precision", "value": "HIGHEST"}], "float32_highest"),
+    ((lax.Precision.HIGHEST, lax.Precision.HIGHEST), "float32_highest"),
+    (lax.Precision.HIGH, "float32"),
+])
+def test_the_operand_class_reads_precision_in_each_of_its_forms(precision, expected):
+    assert gemm_operand_class("float32", precision) == expected
+    assert gemm_operand_class("bfloat16", precision) == "bfloat16"  # HIGHEST changes nothing in bf16
+
+
+def test_a_profile_without_rates_prices_every_type_at_its_clock():
+    optu = load_profile("optu-v1")
+    assert optu.gemm.precision_rates == {}
+    assert _tflops(optu, "bfloat16", None) == _tflops(optu, "float32", HIGHEST)
+
+
+def test_an_unlisted_type_falls_back_to_its_dtype_then_the_default():
+    assert GPU.gemm.rate("float16") == GPU.gemm.precision_rates["default"]
+    only_float32 = with_overrides(load_profile("optu-v1"), {"gemm.precision_rates.float32": 0.5})
+    assert only_float32.gemm.rate("float32_highest") == 0.5  # HIGHEST unlisted: float32's rate
+    assert only_float32.gemm.rate("bfloat16") == 1.0
+    assert only_float32.provenance["gemm.precision_rates.float32"].assumed
