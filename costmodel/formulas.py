@@ -203,6 +203,12 @@ def launch_time(p: HardwareProfile, inputs: int = 1, outputs: int = 1) -> float:
     return k.launch_overhead_s + max(0, inputs - 1) * k.input_overhead_s + max(0, outputs - 1) * k.output_overhead_s
 
 
+def program_estimate(p: HardwareProfile, kernels: list[Estimate]) -> Estimate:
+    """One call of a program of `kernels`: they run one after another, after the call's dispatch."""
+    dispatch = p.kernel.dispatch_overhead_s or 0.0
+    return sum_estimates([*kernels, *([Estimate(dispatch, 0.0, 0.0, 0.0, "launch")] if dispatch else [])])
+
+
 def sum_estimates(parts: list[Estimate]) -> Estimate:
     """Kernels run one after another: totals add; the bound is that of the slowest part.
 

@@ -155,6 +155,9 @@ class MemorySystem(_Section):
 
 class KernelParams(_Section):
     launch_overhead_s: NonNegative
+    # Once per call of the whole program, however many kernels it runs (optional): the host
+    # dispatching it and waiting for its result (a jitted call from Python on a GPU).
+    dispatch_overhead_s: NonNegative | None = None
     loop_iteration_s: NonNegative = 0.0  # control cost of one scan/while iteration (optional)
     # Per buffer beyond the one input and one output that launch_overhead_s covers (optional):
     # setting up each further transfer (a DMA descriptor; on a CPU, handing over or allocating it).

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from costmodel.formulas import Estimate, sum_estimates
+from costmodel.formulas import Estimate, program_estimate, sum_estimates
 from costmodel.key_blocking import Step
 from costmodel.kernel_cost import VIEW_OPS, fused_estimate, key_blocked
 from costmodel.op_cost import Aval, OpCost, nbytes, op_cost
@@ -81,8 +81,8 @@ class KernelProgram:
         """The kernel program a response reports (`kernels`, `precompute_kernels` and their totals)."""
         kernels = [Kernel.from_dict(k) for k in response["kernels"]]
         precompute = [Kernel.from_dict(k) for k in response.get("precompute_kernels", [])]
-        return cls(kernels, precompute, sum_estimates([k.estimate for k in kernels]),
-                   sum_estimates([k.estimate for k in precompute]))
+        estimate = response["estimate"]
+        return cls(kernels, precompute, Estimate(**estimate["optimized"]), Estimate(**estimate["precompute"]))
 
 
 def avals_of(program: dict[str, Any]) -> dict[str, Aval]:
@@ -137,7 +137,7 @@ def build_kernel_program(program: dict[str, Any], profile: HardwareProfile, poli
     for group in (kernels, precompute):
         for kernel in group:
             _finish(kernel, program, costs, avals, profile, escaping, key_blocking, fills)
-    return KernelProgram(kernels, precompute, sum_estimates([k.estimate for k in kernels]),
+    return KernelProgram(kernels, precompute, program_estimate(profile, [k.estimate for k in kernels]),
                          sum_estimates([k.estimate for k in precompute]))
 
 

@@ -6,7 +6,7 @@ floor no grouping goes under: compute is its live per-call ops' own (weight-only
 ahead of the calls; a `cond` at its cheapest branch); memory is reading what the program reads from
 outside its per-call work and writing what it returns, each priced as the estimate prices a
 kernel's traffic; launches are the fewest kernels those ops fit in. Taken per resource as the least
-over several programs, the bound holds for each of them.
+over several programs, the bound holds for each of them. The call's dispatch is paid on top by all.
 """
 from __future__ import annotations
 
@@ -56,7 +56,9 @@ def lower_bound(programs: list[dict[str, Any]], profile: HardwareProfile,
     compute_kind = max(compute.compute_s.items(), key=lambda item: item[1], default=("vector", 0.0))[0]
     least = ResourceTimes(compute.compute_total_s, memory.memory_s, min(f.launch_s for f in floors))
     time_s, binding = min(_combined(times, compute_kind) for times in [least, *([egraph] if egraph else [])])
-    return Estimate(time_s * (1 - ROUNDING), 0.0, memory.hbm_bytes, compute.flops, binding)
+    dispatch = profile.kernel.dispatch_overhead_s or 0.0  # every call pays it, whatever its kernels
+    binding = "launch" if dispatch > time_s else binding
+    return Estimate((time_s + dispatch) * (1 - ROUNDING), 0.0, memory.hbm_bytes, compute.flops, binding)
 
 
 def _combined(times: ResourceTimes, compute_kind: str) -> tuple[float, str]:

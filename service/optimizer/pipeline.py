@@ -301,6 +301,7 @@ def _estimates(profile: HardwareProfile, naive: KernelProgram, baseline: KernelP
         "baseline": baseline.total.to_dict(),
         "optimized": optimized.total.to_dict(),
         "precompute": optimized.precompute_total.to_dict(),
+        "dispatch_s": profile.kernel.dispatch_overhead_s or 0.0,
         "speedup_vs_baseline": _ratio(baseline, optimized),
         "speedup_vs_naive": _ratio(naive, optimized),
         "optimized_over_bound": optimized.total.time_s / floor.time_s if floor.time_s else None,

@@ -71,6 +71,9 @@ class Estimates(_Open):
     optimized: CostEstimate = Field(description="the returned program's kernels")
     precompute: CostEstimate | None = Field(None, description="weight-only work of the returned program, run "
                                                               "once per weight set (not in `optimized`)")
+    dispatch_s: float = Field(0.0, description="per call, in naive, baseline, optimized and lower_bound alike: the "
+                                               "host dispatching the program and waiting for its result, on top "
+                                               "of its kernels (the profile's kernel.dispatch_overhead_s)")
     speedup_vs_baseline: float = Field(description="baseline time / optimized time")
     speedup_vs_naive: float | None = Field(None, description="naive time / optimized time")
     optimized_over_bound: float | None = Field(None, description="optimized time / lower bound time: how far the "

@@ -25,9 +25,13 @@ def _kernel_facts(kernel: dict[str, Any]) -> dict[str, Any]:
             "bound": BOUND_LABELS[est["bound"]]}
 
 
-def timeline_rows(kernels: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per kernel in execution order: start and end in microseconds, kernels back to back."""
-    rows, start_s = [], 0.0
+def timeline_rows(kernels: list[dict[str, Any]], dispatch_s: float = 0.0) -> list[dict[str, Any]]:
+    """One row per kernel in execution order: start and end in microseconds, kernels back to back,
+    after the call's dispatch (a row of its own where the profile charges one)."""
+    rows, start_s = [], dispatch_s
+    if dispatch_s:
+        rows.append({"kernel": "dispatch", "order": -1, "kind": "dispatch", "ops": "", "time": seconds(dispatch_s),
+                     "hbm": size(0), "bound": BOUND_LABELS["launch"], "start_us": 0.0, "end_us": dispatch_s * 1e6})
     for kernel in kernels:
         end_s = start_s + kernel["estimate"]["time_s"]
         rows.append(_kernel_facts(kernel) | {"start_us": start_s * 1e6, "end_us": end_s * 1e6})
@@ -35,8 +39,8 @@ def timeline_rows(kernels: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def timeline_spec(kernels: list[dict[str, Any]]) -> dict[str, Any]:
-    chart = alt.Chart(alt.Data(values=timeline_rows(kernels))).mark_bar(height={"band": 0.8}).encode(
+def timeline_spec(kernels: list[dict[str, Any]], dispatch_s: float = 0.0) -> dict[str, Any]:
+    chart = alt.Chart(alt.Data(values=timeline_rows(kernels, dispatch_s))).mark_bar(height={"band": 0.8}).encode(
         x=alt.X("start_us:Q", title="estimated time per call (µs)"), x2="end_us:Q",
         y=alt.Y("kernel:N", title=None, sort=alt.EncodingSortField(field="order", op="min")),
         color=_bound_colour(),

@@ -47,7 +47,7 @@ def render_report(response: dict[str, Any]) -> str:
     estimate, points = response["estimate"], roofline_points(kernels)
     specs = {}  # charts with something to draw (a program can be all weight-only work, or nothing)
     if kernels:
-        specs["timeline"] = timeline_spec(kernels)
+        specs["timeline"] = timeline_spec(kernels, estimate.get("dispatch_s", 0.0))
     if points:
         specs["roofline"] = roofline_spec(kernels, _profile(estimate["hardware"]))
     return _TEMPLATES.get_template("report.html.j2").render(

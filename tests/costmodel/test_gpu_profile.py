@@ -10,6 +10,7 @@ from jax import lax
 from costmodel.op_cost import gemm_operand_class, op_cost
 from costmodel.profile import PROFILES_DIR, load_profile, with_overrides
 from lowering.kernels import build_kernel_program
+from lowering.lower_bound import lower_bound
 from wire.capture import capture
 
 pytestmark = pytest.mark.unit
@@ -28,23 +29,42 @@ def _tflops(profile, dtype: str, precision) -> float:
     return 2 * N ** 3 / cost.time_s / 1e12
 
 
+def _call_s(fn, *specs) -> float:
+    """The estimated time of one call of `fn` as jax.jit runs it: its kernels and its dispatch."""
+    return build_kernel_program(capture(fn, *specs), GPU).total.time_s
+
+
+SQUARE = {"bfloat16": jax.ShapeDtypeStruct((N, N), jnp.bfloat16), "float32": jax.ShapeDtypeStruct((N, N), jnp.float32)}
+GIB = jax.ShapeDtypeStruct((1 << 28,), jnp.float32)  # the measurements' 1 GiB arrays
+
+
 @pytest.mark.parametrize("figure, dtype, precision", [
     ("matmul_bf16_tflops", "bfloat16", None),
     ("matmul_f32_default_tflops", "float32", None),
-    ("matmul_f32_highest_tflops", "float32", HIGHEST),
+    ("matmul_f32_highest_tflops", "float32", lax.Precision.HIGHEST),
 ])
-def test_an_8192_cubed_product_runs_at_the_rate_measured_for_its_operand_type(figure, dtype, precision):
-    assert _tflops(GPU, dtype, precision) == pytest.approx(FIGURES[figure], rel=5e-3)
-    assert GPU.provenance[f"gemm.precision_rates.{gemm_operand_class(dtype, precision)}"].source.count(figure) == 1
+def test_an_8192_cubed_product_takes_the_time_measured_for_its_operand_type(figure, dtype, precision):
+    measured_s = 2 * N ** 3 / (FIGURES[figure] * 1e12)
+    estimated_s = _call_s(lambda a, b: jnp.matmul(a, b, precision=precision), SQUARE[dtype], SQUARE[dtype])
+    assert estimated_s == pytest.approx(measured_s, rel=1e-3)
+    wire_precision = None if precision is None else [{"enum": "Precision", "value": precision.name}] * 2
+    assert GPU.provenance[f"gemm.precision_rates.{gemm_operand_class(dtype, wire_precision)}"].source.count(figure) == 1
 
 
-def test_a_streaming_add_over_1_gib_moves_at_the_measured_bandwidth():
-    spec = jax.ShapeDtypeStruct((1 << 28,), jnp.float32)
-    kernels = build_kernel_program(capture(lambda x, y: x + y, spec, spec), GPU)
-    moved_bytes = 3 * 4 * (1 << 28)  # two reads and a write, as the figure counts them
+def test_a_streaming_add_over_1_gib_takes_the_time_measured():
+    measured_s = 3 * 4 * (1 << 28) / (FIGURES["stream_add_gbps"] * 1e9)  # two reads and a write, as counted
+    kernels = build_kernel_program(capture(lambda x, y: x + y, GIB, GIB), GPU)
     assert len(kernels.kernels) == 1 and kernels.kernels[0].estimate.bound == "memory"
-    assert moved_bytes / kernels.total.time_s / 1e9 == pytest.approx(FIGURES["stream_add_gbps"], rel=1e-2)
+    assert kernels.total.time_s == pytest.approx(measured_s, rel=1e-3)
     assert "stream_add_gbps" in GPU.provenance["memory.hbm_bw_bytes_per_s"].source
+
+
+def test_a_sum_over_1_gib_the_profile_was_not_fitted_to_comes_out_within_five_percent():
+    """What the fitted bandwidth and dispatch predict for a reduction, unfitted (1.6% off). Not so
+    for exp(x) * 0.5 (priced 1.24 ms, measured 0.71): its fused kernel's 1 GiB intermediate is
+    priced as spilled from the L2, where XLA streams it through registers."""
+    measured_s = 4 * (1 << 28) / (FIGURES["reduce_sum_gbps"] * 1e9)
+    assert _call_s(jnp.sum, GIB) == pytest.approx(measured_s, rel=0.05)
 
 
 def test_each_kernel_launch_costs_what_one_more_unfusable_kernel_measured():
@@ -61,7 +81,7 @@ def test_float32_at_highest_precision_is_priced_slower_than_at_default_and_bf16_
         ("highest", lambda x, w: jnp.dot(x, w, precision=lax.Precision.HIGHEST), (spec, spec)),
     ]}
     assert time["bf16"] < time["default"] < time["highest"]
-    assert time["highest"] > 5 * time["default"]
+    assert time["highest"] - time["default"] > 5 * (time["default"] - time["bf16"])
 
 
 @pytest.mark.parametrize("precision, expected", [
@@ -80,6 +100,7 @@ def test_a_profile_without_rates_prices_every_type_at_its_clock():
     optu = load_profile("optu-v1")
     assert optu.gemm.precision_rates == {}
     assert _tflops(optu, "bfloat16", None) == _tflops(optu, "float32", HIGHEST)
+    assert _tflops(GPU, "bfloat16", None) > _tflops(GPU, "float32", None) > 5 * _tflops(GPU, "float32", HIGHEST)
 
 
 def test_an_unlisted_type_falls_back_to_its_dtype_then_the_default():
@@ -88,3 +109,17 @@ def test_an_unlisted_type_falls_back_to_its_dtype_then_the_default():
     assert only_float32.gemm.rate("float32_highest") == 0.5  # HIGHEST unlisted: float32's rate
     assert only_float32.gemm.rate("bfloat16") == 1.0
     assert only_float32.provenance["gemm.precision_rates.float32"].assumed
+
+
+def test_a_call_of_one_tiny_kernel_costs_what_a_jitted_call_from_python_measured():
+    """The dispatch is paid once per call, on top of the kernels, in the estimates and the bound."""
+    spec = jax.ShapeDtypeStruct((8,), jnp.float32)
+    program = capture(lambda s: s + 1.0, spec)
+    one = build_kernel_program(program, GPU)
+    assert len(one.kernels) == 1
+    assert one.total.time_s * 1e6 == pytest.approx(FIGURES["dispatch_one_kernel_us"], rel=1e-2)
+    assert lower_bound([program], GPU).time_s == pytest.approx(one.total.time_s, rel=1e-2)
+    assert "dispatch_one_kernel_us" in GPU.provenance["kernel.dispatch_overhead_s"].source
+    sixty_four = build_kernel_program(capture(lambda s: jnp.sort(jnp.sort(s) + 1.0) + 1.0, spec), GPU)
+    assert sixty_four.total.time_s - one.total.time_s == pytest.approx(
+        (len(sixty_four.kernels) - 1) * FIGURES["per_kernel_us"] * 1e-6, rel=0.2)

@@ -23,16 +23,20 @@ def test_the_example_has_what_a_report_must_show(response):
 
 
 def test_timeline_has_one_bar_per_kernel_back_to_back_each_as_long_as_its_estimate(response):
-    kernels = response["kernels"]
-    rows = timeline_rows(kernels)
+    kernels, dispatch_s = response["kernels"], response["estimate"]["dispatch_s"]
+    assert dispatch_s == load_profile(HARDWARE).kernel.dispatch_overhead_s > 0
+    dispatch, *rows = timeline_rows(kernels, dispatch_s)
+    assert dispatch["kernel"] == "dispatch" and dispatch["end_us"] == pytest.approx(dispatch_s * 1e6)
     assert [row["kernel"] for row in rows] == [f"k{k['id']}" for k in kernels]
     for row, kernel in zip(rows, kernels):
         assert row["end_us"] - row["start_us"] == pytest.approx(kernel["estimate"]["time_s"] * 1e6)
         assert row["bound"] == BOUND_LABELS[kernel["estimate"]["bound"]]
+    rows = [dispatch, *rows]
     assert rows[0]["start_us"] == 0 and all(a["end_us"] == b["start_us"] for a, b in zip(rows, rows[1:]))
     assert rows[-1]["end_us"] == pytest.approx(response["estimate"]["optimized"]["time_s"] * 1e6)
-    spec = timeline_spec(kernels)
+    spec = timeline_spec(kernels, dispatch_s)
     assert spec["mark"]["type"] == "bar" and spec["data"]["values"] == rows
+    assert [row["kernel"] for row in timeline_rows(kernels)] == [f"k{k['id']}" for k in kernels]
 
 
 def test_every_bound_has_its_own_colour_in_charts_and_graphs():
