@@ -1,0 +1,215 @@
+"""`python -m bench.gpu_speed`: gpu-roofline's estimates against an NVIDIA GPU's clock, whole programs.
+
+Every bench model (bench/models/registry.py) is optimized for `gpu-roofline`; the program as
+written and the returned one are each timed under `jax.jit` on the GPU, and the measured speedup
+(original / returned) is set beside the estimated one (baseline / optimized), with the rank
+correlation over the models. Three steps, since a GPU machine has JAX but neither this project nor
+its pins:
+
+  python -m bench.gpu_speed prepare [--out DIR]       # here: optimize, export with jax.export
+  python -m bench.gpu_speed time DIR [--out FILE]     # there: JAX and NumPy alone, under 5 minutes
+  python -m bench.gpu_speed report FILE               # here: the README table
+
+`prepare` exports each program for both CPU and CUDA (jax.export, serialized), so `time` can be
+tried on a CPU first (`--cpu`). Weight-only work runs once ahead of the timed calls, for both
+programs, as gpu-roofline prices it (`kernel.precompute_weights`) and the client runs it. `time`
+runs the pairs in interleaved rounds (20 rounds, each a median of back-to-back calls).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from bench.timing import interleaved_rounds
+
+RESULTS = Path(__file__).resolve().parent / "results" / "gpu_speed.json"
+EXPORTS = Path(__file__).resolve().parent / "results" / "gpu_speed_programs"
+ROUNDS = 20
+SLOWER = 0.98  # a returned program measured below this ratio is slower than the original
+
+
+def prepare(models: list[str], out: Path = EXPORTS) -> list[dict[str, Any]]:
+    """Optimize each model for gpu-roofline and export both programs' parts into `out`, with a
+    manifest of their estimates."""
+    from bench.models.registry import capture_model
+    from service.optimizer.pipeline import optimize
+
+    out.mkdir(parents=True, exist_ok=True)
+    cases = []
+    for name in models:
+        program, _ = capture_model(name)
+        response = optimize(program, "gpu-roofline", {"validate": False})
+        estimate = response["estimate"]
+        case = {"model": name, "unchanged": response["program"] == program,
+                "estimated": {"baseline_s": estimate["baseline"]["time_s"],
+                              "optimized_s": estimate["optimized"]["time_s"],
+                              "speedup": estimate["speedup_vs_baseline"], "dispatch_s": estimate["dispatch_s"]}}
+        for role, version in (("original", program), ("returned", response["program"])):
+            case[role] = _export(version, out, f"{name}.{role}")
+        cases.append(case)
+        print(f"{name}: estimated {case['estimated']['speedup']:.3f}x", flush=True)
+    (out / "manifest.json").write_text(json.dumps({"cases": cases}, indent=1))
+    return cases
+
+
+def _export(program: dict[str, Any], out: Path, stem: str) -> dict[str, Any]:
+    """The program's weight-only part (None without one) and per-call part, each exported for CPU
+    and CUDA into `out`; the per-call part takes the inputs and then the weight-only part's outputs."""
+    from lowering.precompute import split_weight_work
+    from wire.execute import program_to_callable
+
+    has_weights = any(s.get("role") == "weight" for s in program["inputs"])
+    ahead, per_call = split_weight_work(program) if has_weights else (None, program)
+    parts: dict[str, Any] = {"inputs": [{"shape": s["shape"], "dtype": s["dtype"]} for s in program["inputs"]]}
+    for part, body in (("ahead", ahead if ahead and ahead["outputs"] else None), ("per_call", per_call)):
+        if body is None:
+            parts[part] = None
+            continue
+        specs = [jax.ShapeDtypeStruct(tuple(s["shape"]), s["dtype"]) for s in body["inputs"]]
+        exported = jax.export.export(jax.jit(program_to_callable(body)), platforms=("cpu", "cuda"))(*specs)
+        (out / f"{stem}.{part}.bin").write_bytes(exported.serialize())
+        parts[part] = f"{stem}.{part}.bin"
+    return parts
+
+
+def _inputs(specs: list[dict[str, Any]], seed: int) -> list[Any]:
+    """Values for a program's inputs: floats drawn from N(0, 0.5), integers and flags zero (an
+    index in range, whatever it indexes)."""
+    rng = np.random.default_rng(seed)
+    values = []
+    for spec in specs:
+        dtype = np.dtype(jax.numpy.dtype(spec["dtype"]))
+        if np.issubdtype(dtype, np.floating):
+            values.append(jax.numpy.asarray(0.5 * rng.standard_normal(spec["shape"]), spec["dtype"]))
+        else:
+            values.append(jax.numpy.zeros(spec["shape"], spec["dtype"]))
+    return values
+
+
+def _runner(parts: dict[str, Any], exports: Path, inputs: list[Any]):
+    """The per-call part as a function of no arguments, its weight-only part run once now."""
+    load = lambda name: jax.export.deserialize(bytearray((exports / name).read_bytes()))  # noqa: E731
+    ahead = list(load(parts["ahead"]).call(*inputs)) if parts["ahead"] else []
+    per_call = load(parts["per_call"])
+    args = [*inputs, *ahead]
+    return lambda: per_call.call(*args)
+
+
+def time_programs(exports: Path, out: Path | None = RESULTS, budget_s: float = 4.0, rounds: int = ROUNDS,
+                  require_gpu: bool = True) -> dict[str, Any]:
+    """Time every exported pair of `exports` on this machine's default device."""
+    if require_gpu and jax.default_backend() != "gpu":
+        raise SystemExit("no GPU here: pass --cpu to try the programs on this CPU (their times say nothing "
+                         "about a GPU)")
+    started, rows = time.perf_counter(), []
+    for case in json.loads((exports / "manifest.json").read_text())["cases"]:
+        inputs = _inputs(case["original"]["inputs"], seed=0)
+        fns = {role: _runner(case[role], exports, inputs) for role in ("original", "returned")}
+        times = interleaved_rounds(fns, (), budget_s, runs=rounds, min_reps=3)["times"]
+        row = {"model": case["model"], "unchanged": case["unchanged"], "estimated": case["estimated"],
+               "original_s": times["original"]["median_s"], "returned_s": times["returned"]["median_s"]}
+        row["measured_speedup"] = row["original_s"] / row["returned_s"]
+        rows.append(row)
+        print(f"{row['model']}: original {row['original_s'] * 1e6:.1f} us, returned {row['returned_s'] * 1e6:.1f} us, "
+              f"measured {row['measured_speedup']:.3f}x, estimated {case['estimated']['speedup']:.3f}x", flush=True)
+    result = {"device": str(jax.devices()[0]), "jax": jax.__version__, "rounds": rounds, "rows": rows,
+              "summary": summarize(rows), "wall_s": time.perf_counter() - started}
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=1))
+    return result
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Rank correlation of estimated and measured speedups (over every model, and over those whose
+    program changed: an unchanged one's ratio is the machine's noise), geometric means and the
+    returned programs measured slower than the original."""
+    changed = [r for r in rows if not r["unchanged"]]
+    speedups = lambda rs, key: [r["estimated"]["speedup"] if key == "estimated" else r[key] for r in rs]  # noqa: E731
+    return {"models": len(rows), "changed": len(changed),
+            "spearman": spearman(speedups(rows, "estimated"), speedups(rows, "measured_speedup")),
+            "spearman_changed": spearman(speedups(changed, "estimated"), speedups(changed, "measured_speedup")),
+            "estimated_geomean": _geomean(speedups(rows, "estimated")),
+            "measured_geomean": _geomean(speedups(rows, "measured_speedup")),
+            "slower": [r["model"] for r in rows if r["measured_speedup"] < SLOWER]}
+
+
+def spearman(xs: list[float], ys: list[float]) -> float:
+    """Spearman's rank correlation (ties share their mean rank); NaN below three pairs or where
+    either side is constant."""
+    if len(xs) < 3:
+        return math.nan
+    rx, ry = _ranks(xs), _ranks(ys)
+    if np.std(rx) == 0 or np.std(ry) == 0:
+        return math.nan
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def _ranks(values: list[float]) -> np.ndarray:
+    values = np.asarray(values, dtype=float)
+    order = np.argsort(values, kind="stable")
+    ranks = np.empty(len(values))
+    ranks[order] = np.arange(len(values), dtype=float)
+    for value in np.unique(values):  # ties: their mean rank
+        tied = values == value
+        ranks[tied] = ranks[tied].mean()
+    return ranks
+
+
+def _geomean(values: list[float]) -> float:
+    return float(np.exp(np.mean(np.log(values)))) if values else math.nan
+
+
+def table(result: dict[str, Any]) -> str:
+    s = result["summary"]
+    lines = [f"Measured on {result['device']} (JAX {result['jax']}): each bench model as written and as returned for "
+             f"`gpu-roofline`, under `jax.jit`, weight-only work run once ahead; medians of {result['rounds']} "
+             f"interleaved rounds. Regenerate with `python -m bench.gpu_speed` (prepare here, time on the GPU, report).",
+             "", f"Rank correlation of estimated and measured speedups: **{s['spearman']:.2f}** over {s['models']} "
+             f"models, **{s['spearman_changed']:.2f}** over the {s['changed']} whose program changed; geometric mean "
+             f"estimated {s['estimated_geomean']:.3f}x, measured {s['measured_geomean']:.3f}x; measured slower than "
+             f"the original (below {SLOWER}x): {', '.join(s['slower']) or 'none'}.", "",
+             "| model | original | returned | measured | estimated | estimated baseline | estimated optimized |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in result["rows"]:
+        e = r["estimated"]
+        lines.append(f"| {r['model']}{' (unchanged)' if r['unchanged'] else ''} | {r['original_s'] * 1e6:.1f} us | "
+                     f"{r['returned_s'] * 1e6:.1f} us | **{r['measured_speedup']:.3f}x** | {e['speedup']:.3f}x | "
+                     f"{e['baseline_s'] * 1e6:.1f} us | {e['optimized_s'] * 1e6:.1f} us |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    steps = parser.add_subparsers(dest="step", required=True)
+    ready = steps.add_parser("prepare")
+    ready.add_argument("--models", nargs="*")
+    ready.add_argument("--out", type=Path, default=EXPORTS)
+    timing = steps.add_parser("time")
+    timing.add_argument("exports", type=Path)
+    timing.add_argument("--out", type=Path, default=RESULTS)
+    timing.add_argument("--budget", type=float, default=4.0, help="seconds of timing per model")
+    timing.add_argument("--cpu", action="store_true", help="time on this CPU (a dry run: says nothing of a GPU)")
+    report = steps.add_parser("report")
+    report.add_argument("results", type=Path, nargs="?", default=RESULTS)
+    args = parser.parse_args(argv)
+    if args.step == "prepare":
+        from bench.models.registry import MODELS
+        prepare(args.models or list(MODELS), args.out)
+    elif args.step == "time":
+        time_programs(args.exports, args.out, args.budget, require_gpu=not args.cpu)
+    else:
+        from bench.report import publish
+        result = json.loads(args.results.read_text())
+        publish(RESULTS, result, table(result), "gpu_speed")
+
+
+if __name__ == "__main__":
+    main()
