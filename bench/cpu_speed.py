@@ -28,7 +28,7 @@ import numpy as np
 from bench.ceiling import CeilingSettings, ceiling_safely, ceiling_table, summarize_ceiling
 from bench.models.registry import MODELS, build
 from bench.models.variants import MODELS_WITH_ALTERNATIVES
-from bench.report import RESULTS_DIR, fmt_ratio, fmt_time, geomean, machine, machine_line, publish
+from bench.report import RESULTS_DIR, fmt_ratio, fmt_time, geomean, machine, machine_line, publish, spearman
 from bench.timing import interleaved_medians, timed
 from costmodel.profile import load_profile
 from lowering.compare import output_error
@@ -41,6 +41,7 @@ from wire.execute import program_to_callable
 RESULTS = RESULTS_DIR / "cpu_speed.json"
 HARDWARE = "cpu-host"
 NOISE = 1.05  # the main table: never slower than the original beyond this
+CLOCK_TOLERANCE = 0.2  # an estimated speedup this close to the measured one predicts it
 
 
 def _hoisted(program: dict[str, Any], flat: list[Any]) -> tuple[Callable, list[Any]]:
@@ -135,7 +136,19 @@ def summarize(rows: list[dict[str, Any]], peak_flops_per_s: float) -> dict[str, 
             # the original returned: the two timings are of one program, so their ratio is noise
             "noise_range_unchanged": [min((r["speedup_measured"] for r in ok if r["same_program"]), default=None),
                                       max((r["speedup_measured"] for r in ok if r["same_program"]), default=None)],
-            "unchanged": [r["model"] for r in ok if r["same_program"]]}
+            "unchanged": [r["model"] for r in ok if r["same_program"]],
+            **estimates_against_clock(ok)}
+
+
+def estimates_against_clock(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """How well `cpu-host`'s estimated speedups predict the measured ones: their rank correlation
+    (over every model, and over those whose program changed: an unchanged one's ratio is noise) and
+    the models measured more than CLOCK_TOLERANCE away from their estimate."""
+    changed = [r for r in rows if not r["same_program"]]
+    pairs = lambda rs: ([r["estimate"]["speedup"] for r in rs], [r["speedup_measured"] for r in rs])  # noqa: E731
+    return {"spearman": spearman(*pairs(rows)), "spearman_changed": spearman(*pairs(changed)), "changed": len(changed),
+            "off_estimate": [r["model"] for r in rows
+                             if abs(r["speedup_measured"] / r["estimate"]["speedup"] - 1) > CLOCK_TOLERANCE]}
 
 
 def _client_line(client: dict[str, Any]) -> str:
@@ -167,6 +180,10 @@ def table(rows: list[dict[str, Any]], meta: dict[str, Any], summary: dict[str, A
              f"returned unchanged (the estimate's gain was under `cpu-host`'s min_speedup, or none was "
              f"found): {', '.join(summary['unchanged']) or 'none'}; their two timings are of one program, "
              f"so their ratios, {_noise(summary)}, are this machine's noise.", "",
+             f"Estimated (`cpu-host`) against measured speedups: rank correlation "
+             f"**{summary['spearman']:.2f}** over {summary['models'] - summary['errors']} models, "
+             f"{summary['spearman_changed']:.2f} over the {summary['changed']} whose program changed; measured more "
+             f"than {CLOCK_TOLERANCE:.0%} away from the estimate: {', '.join(summary['off_estimate']) or 'none'}.", "",
              f"`GEMM flop`: the contractions' work, original → optimized (reordering a chain changes it; "
              f"merging or fusing does not). `compute ceiling`: original time over the optimized contractions at this "
              f"CPU's peak matmul rate ({summary['peak_gemm_flops_per_s'] / 1e9:.0f} GFLOP/s, the best 1024^3 or "

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from bench.report import geomean, spearman
 from bench.timing import interleaved_rounds
 
 RESULTS = Path(__file__).resolve().parent / "results" / "gpu_speed.json"
@@ -136,35 +136,9 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {"models": len(rows), "changed": len(changed),
             "spearman": spearman(speedups(rows, "estimated"), speedups(rows, "measured_speedup")),
             "spearman_changed": spearman(speedups(changed, "estimated"), speedups(changed, "measured_speedup")),
-            "estimated_geomean": _geomean(speedups(rows, "estimated")),
-            "measured_geomean": _geomean(speedups(rows, "measured_speedup")),
+            "estimated_geomean": geomean(speedups(rows, "estimated")),
+            "measured_geomean": geomean(speedups(rows, "measured_speedup")),
             "slower": [r["model"] for r in rows if r["measured_speedup"] < SLOWER]}
-
-
-def spearman(xs: list[float], ys: list[float]) -> float:
-    """Spearman's rank correlation (ties share their mean rank); NaN below three pairs or where
-    either side is constant."""
-    if len(xs) < 3:
-        return math.nan
-    rx, ry = _ranks(xs), _ranks(ys)
-    if np.std(rx) == 0 or np.std(ry) == 0:
-        return math.nan
-    return float(np.corrcoef(rx, ry)[0, 1])
-
-
-def _ranks(values: list[float]) -> np.ndarray:
-    values = np.asarray(values, dtype=float)
-    order = np.argsort(values, kind="stable")
-    ranks = np.empty(len(values))
-    ranks[order] = np.arange(len(values), dtype=float)
-    for value in np.unique(values):  # ties: their mean rank
-        tied = values == value
-        ranks[tied] = ranks[tied].mean()
-    return ranks
-
-
-def _geomean(values: list[float]) -> float:
-    return float(np.exp(np.mean(np.log(values)))) if values else math.nan
 
 
 def table(result: dict[str, Any]) -> str:

@@ -97,6 +97,34 @@ def geomean(values: Iterable[float]) -> float | None:
     return math.exp(sum(map(math.log, vals)) / len(vals)) if vals else None
 
 
+def spearman(xs: list[float], ys: list[float]) -> float:
+    """Spearman's rank correlation (ties share their mean rank); NaN below three pairs or where
+    either side is constant."""
+    if len(xs) != len(ys):
+        raise ValueError(f"spearman needs pairs, got {len(xs)} and {len(ys)} values")
+    if len(xs) < 3:
+        return math.nan
+    rx, ry = _ranks(xs), _ranks(ys)
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    sxx, syy = sum((a - mx) ** 2 for a in rx), sum((b - my) ** 2 for b in ry)
+    return sxy / math.sqrt(sxx * syy) if sxx and syy else math.nan
+
+
+def _ranks(values: list[float]) -> list[float]:
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ranks = [0.0] * len(values)
+    start = 0
+    while start < len(order):  # a run of equal values shares its mean rank
+        end = start
+        while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
+            end += 1
+        for k in range(start, end + 1):
+            ranks[order[k]] = (start + end) / 2
+        start = end + 1
+    return ranks
+
+
 def _si(value: float | None, unit: str) -> str:
     """`value` with the largest of the prefixes (none, m, u) that keeps it >= 1, else n."""
     if value is None:

@@ -123,6 +123,16 @@ def test_cpu_speed_benchmark_measures_both_programs_interleaved(tmp_path):
     assert json.loads(out.read_text())["hardware"] == "cpu-host"
 
 
+def test_cpu_speed_sets_each_estimate_against_the_clock():
+    rows = [{"model": name, "estimate": {"speedup": est}, "speedup_measured": measured, "same_program": same}
+            for name, est, measured, same in [("a", 1.0, 1.01, True), ("b", 2.0, 1.5, False), ("c", 1.5, 1.7, False),
+                                               ("d", 3.0, 2.6, False), ("e", 1.0, 0.97, True)]]
+    check = cpu_speed.estimates_against_clock(rows)
+    assert check["off_estimate"] == ["b"]  # 1.5 measured against 2.0 estimated: 25% off
+    assert check["changed"] == 3 and check["spearman_changed"] == pytest.approx(0.5)  # c ranked above b
+    assert check["spearman"] == pytest.approx(0.8720815992723809)  # a and e tie in estimate (scipy.stats.spearmanr)
+
+
 @pytest.mark.parametrize("name", RNN_AND_CHAINS)
 def test_every_hand_written_alternative_computes_what_the_model_does(name):
     fn, args, _ = build(name)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from bench import gpu_speed
+from bench.report import spearman
 from bench.models.registry import capture_model
 from lowering.precompute import split_weight_work
 from service.optimizer.pipeline import optimize
@@ -78,9 +79,9 @@ def test_timing_refuses_a_machine_without_a_gpu_unless_told_it_is_a_dry_run(expo
     ([1, 1, 2, 3], [5, 6, 7, 8], 0.9486832980505138),  # tied xs share the mean rank
 ])
 def test_spearman_is_the_correlation_of_ranks(xs, ys, expected):
-    assert gpu_speed.spearman(xs, ys) == pytest.approx(expected)
+    assert spearman(xs, ys) == pytest.approx(expected)
 
 
 def test_spearman_is_undefined_below_three_pairs_or_on_a_constant_side():
-    assert math.isnan(gpu_speed.spearman([1, 2], [2, 1]))
-    assert math.isnan(gpu_speed.spearman([1, 1, 1], [1, 2, 3]))
+    assert math.isnan(spearman([1, 2], [2, 1]))
+    assert math.isnan(spearman([1, 1, 1], [1, 2, 3]))
