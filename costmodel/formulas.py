@@ -125,8 +125,8 @@ def conv_cost(p: HardwareProfile, m: int, k: int, n: int, groups: int = 1, rate:
     g = min(gemm_cost(p, m, k, n, groups, rate), gemm_cost(p, n, k, m, groups, rate), key=lambda c: c.time_s)
     if not g.weight_loads:
         return g
-    rate = p.gemm.conv_positions_per_s
-    gather_s = m / rate if rate else 0.0
+    gather_rate = p.gemm.conv_positions_per_s
+    gather_s = m / gather_rate if gather_rate else 0.0
     time_s = max(g.time_s - p.gemm.call_overhead_s, gather_s) + p.gemm.conv_overhead_s
     return replace(g, time_s=time_s, energy_j=g.energy_j + p.gemm.laser_power_w * (time_s - g.time_s))
 

@@ -81,8 +81,10 @@ class KernelProgram:
         """The kernel program a response reports (`kernels`, `precompute_kernels` and their totals)."""
         kernels = [Kernel.from_dict(k) for k in response["kernels"]]
         precompute = [Kernel.from_dict(k) for k in response.get("precompute_kernels", [])]
-        estimate = response["estimate"]
-        return cls(kernels, precompute, Estimate(**estimate["optimized"]), Estimate(**estimate["precompute"]))
+        estimate = response["estimate"]  # the totals include what no kernel shows (the call's dispatch)
+        ahead = estimate.get("precompute")
+        return cls(kernels, precompute, Estimate(**estimate["optimized"]),
+                   Estimate(**ahead) if ahead else sum_estimates([k.estimate for k in precompute]))
 
 
 def avals_of(program: dict[str, Any]) -> dict[str, Aval]:

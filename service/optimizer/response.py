@@ -68,7 +68,7 @@ class Estimates(_Open):
     baseline: CostEstimate = Field(description="a conventional compiler on the same hardware, the cheapest of its "
                                                "policies (fusion, sibling fusion, GEMM chaining) with weight "
                                                "precompute, no algebraic rewrites")
-    optimized: CostEstimate = Field(description="the returned program's kernels")
+    optimized: CostEstimate = Field(description="the returned program's kernels and the call's dispatch")
     precompute: CostEstimate | None = Field(None, description="weight-only work of the returned program, run "
                                                               "once per weight set (not in `optimized`)")
     dispatch_s: float = Field(0.0, description="per call, in naive, baseline, optimized and lower_bound alike: the "
