@@ -71,9 +71,10 @@ def fused_estimate(profile: HardwareProfile, parts: list[OpCost], read_bytes: in
 
 def key_blocked(profile: HardwareProfile, steps: list[Step], parts: list[OpCost], avals: dict[str, Aval],
                 read_bytes: int, write_bytes: int, intermediate_bytes: int, inputs: list[str], outputs: int,
-                counted: set[str], written: set[str], fills: Sequence[str] = ()) -> BlockedWork | None:
-    """The cheapest key-blocked form of a kernel (costmodel/key_blocking.py) where it holds an
-    attention and that form is cheaper than the kernel as it is; `counted`: the values
+                counted: set[str], written: set[str], fills: Sequence[str] = (), online: bool = True) -> BlockedWork | None:
+    """The cheapest blocked form of a kernel (costmodel/key_blocking.py) where it holds an
+    attention and that form is cheaper than the kernel as it is: over blocks of query rows, each
+    with every key, and with `online` (the online softmax) over blocks of keys too; `counted`: the values
     `intermediate_bytes` holds, `written`: those it writes to HBM, `fills`: inputs that are a
     literal broadcast (torch's zeros for a fully masked row), which a block makes as it goes."""
     if sum(s.op == "dot_general" for s in steps) < 2:
@@ -87,7 +88,8 @@ def key_blocked(profile: HardwareProfile, steps: list[Step], parts: list[OpCost]
     def time_s(parts, read_bytes, intermediate_bytes) -> float:
         return fused_estimate(profile, parts, read_bytes, write_bytes, intermediate_bytes, len(inputs), outputs).time_s
 
-    options = blocked_options(profile, region, steps, parts, avals, read_bytes, intermediate_bytes, set(inputs), counted)
+    options = blocked_options(profile, region, steps, parts, avals, read_bytes, intermediate_bytes, set(inputs), counted,
+                              online)
     # on a tie (HBM traffic hidden under compute), the fewest blocks: less per-block overhead than the model counts
     best = min(options, key=lambda w: (time_s(w.parts, w.read_bytes, w.intermediate_bytes),
                                        w.tiling["query_blocks"] * w.tiling["key_blocks"]), default=None)
@@ -283,7 +285,7 @@ class NodeCoster:
         write = size[node.eclass] + sum(size[b.eclass] for b in written)
         reads = sum(self.reads[c] for c in node.children)
         outputs = 1 + len(written)
-        blocked = self.key_blocking and self._blocked(node, parts, reads, write, inside, outputs, set(counted),
+        blocked = self._blocked(node, parts, reads, write, inside, outputs, set(counted),
                                                       {node.eclass, *(b.eclass for b in written)})
         if blocked:
             return blocked.parts, blocked.read_bytes, write, blocked.intermediate_bytes, len(node.children), outputs
@@ -303,7 +305,7 @@ class NodeCoster:
         avals = {c: self.aval(c) for s in steps for c in (s.out, *s.ins) if c is not None} | \
             {c: self.aval(c) for c in fills}
         return key_blocked(self.profile, steps, parts, avals, reads, write, inside, list(node.children), outputs,
-                           counted, written, fills)
+                           counted, written, fills, online=self.key_blocking)
 
     def _literal(self, cid: str) -> bool:
         return any(n.op in ("lit", "flit") for n in self.view.classes[cid].nodes)

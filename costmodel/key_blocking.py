@@ -3,6 +3,10 @@ product's scores and E any elementwise work on them (scale, mask, bias, softcap)
 of keys holding a running row max, sum and output on chip (the online softmax identity,
 rewrites/online_softmax.py, applied block by block), so no score-sized value leaves the chip.
 
+A conventional compiler tiles the same fused kernel over blocks of query rows, each with every key
+(no online softmax: the scores of a row are all on chip before its softmax): that is the one key
+block option, open to the baseline and to exact mode too.
+
 Priced by the kernel's own work with the score-sized intermediates replaced by one block's tiles,
 each product priced per block (a stationary tile loaded per block: more loads for smaller query
 blocks) and the keys and values read from HBM once per query block. The query and key block sizes
@@ -311,11 +315,12 @@ class BlockedWork:
 
 def blocked_options(profile: HardwareProfile, region: KeyRegion, steps: list[Step], parts: list[OpCost],
                     avals: dict[str, Aval], read_bytes: int, intermediate_bytes: int, inputs: set[str],
-                    counted: set[str]) -> list[BlockedWork]:
+                    counted: set[str], online: bool = True) -> list[BlockedWork]:
     """The blocked kernel at every query and key block size whose working set fits in SRAM
     beside the kernel's other intermediates, and in one block's share of it where the profile
-    bounds that (a GPU's shared memory per SM). `parts` are the steps' costs, `counted` the values
-    `intermediate_bytes` holds, `inputs` what the kernel reads from HBM."""
+    bounds that (a GPU's shared memory per SM); without `online` (no online softmax: exact, what a
+    conventional compiler's tiling does) one key block of every key. `parts` are the steps' costs,
+    `counted` the values `intermediate_bytes` holds, `inputs` what the kernel reads from HBM."""
     score, mix = region.score_product, region.mix_product
     dtype = avals[score.out][1]
     size = dtype_bytes(dtype)
@@ -333,7 +338,7 @@ def blocked_options(profile: HardwareProfile, region: KeyRegion, steps: list[Ste
     key_reads = sum(nbytes(avals[k]) for k in {keys[-1], values[-1]} if k in inputs)
     options = []
     for bq in _candidates(region.queries):
-        for bk in _candidates(region.keys):
+        for bk in _candidates(region.keys) if online else [region.keys]:
             tiles = size * (bq * (depth + 2 * width + 2) + bk * (depth + width) + 2 * bq * bk)
             if rest + tiles > profile.memory.sram_bytes or tiles > (profile.memory.block_bytes or math.inf):
                 continue
@@ -341,9 +346,9 @@ def blocked_options(profile: HardwareProfile, region: KeyRegion, steps: list[Ste
             blocks = nq * nk
             products = [_scaled(_block_product(profile, score, dtype, region.batch, bq, bk, depth), blocks),
                         _scaled(_block_product(profile, mix, dtype, region.batch, bq, width, bk), blocks)]
-            # per key block: the running output rescaled, its max and sum updated
-            t, e, flops = vector_cost(profile, {"mul": region.batch * blocks * bq * width,
-                                                "exp": region.batch * blocks * bq}, 0)
+            # per key block beyond the first: the running output rescaled, its max and sum updated
+            t, e, flops = vector_cost(profile, {"mul": region.batch * nq * (nk - 1) * bq * width,
+                                                "exp": region.batch * nq * (nk - 1) * bq}, 0)
             rescale = OpCost("vector", t, e, flops, "vector")
             options.append(BlockedWork([*others, *products, rescale], read_bytes + (nq - 1) * key_reads,
                                        rest + tiles, {"query_block": bq, "key_block": bk, "query_blocks": nq,

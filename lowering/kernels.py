@@ -122,8 +122,10 @@ def eqn_cost(profile: HardwareProfile, eqn: dict[str, Any], avals: dict[str, Ava
 def build_kernel_program(program: dict[str, Any], profile: HardwareProfile, policy: FusionPolicy = CONVENTIONAL,
                          groups: list[list[int]] | None = None, key_blocking: bool = False) -> KernelProgram:
     """Kernels of `program`: the given `groups` of equation indices, else those of `policy`.
-    `key_blocking`: an attention kernel runs key-blocked where that is cheaper (costmodel/key_blocking.py;
-    the online softmax reorders sums, so real mode only, and a conventional compiler does not)."""
+    An attention kernel runs over blocks of query rows where that is cheaper (each block with every
+    key: a conventional compiler's tiling of a fused kernel, exact); with `key_blocking` also over
+    blocks of keys (costmodel/key_blocking.py; the online softmax reorders sums, so real mode only,
+    and a conventional compiler does not)."""
     avals, static = avals_of(program), static_names(program, profile.kernel.precompute_weights)
     costs = [eqn_cost(profile, e, avals) for e in program["eqns"]]
     placer = _Placer(program, costs)
@@ -135,7 +137,7 @@ def build_kernel_program(program: dict[str, Any], profile: HardwareProfile, poli
     kernels, precompute, escaping = placer.kernels, placer.precompute, placer.escaping
     # literals broadcast to a shape: a key-blocked kernel reading one makes each block of it
     fills = {e["out"][0]["name"] for e in program["eqns"]
-             if e["op"] == "broadcast_in_dim" and not isinstance(e["in"][0], str)} if key_blocking else set()
+             if e["op"] == "broadcast_in_dim" and not isinstance(e["in"][0], str)}
     for group in (kernels, precompute):
         for kernel in group:
             _finish(kernel, program, costs, avals, profile, escaping, key_blocking, fills)
@@ -269,11 +271,12 @@ def _finish(kernel: Kernel, program, costs: list[OpCost], avals, profile: Hardwa
     inside_bytes = sum(nbytes(avals[n]) for n in intermediates)
     read, write = sum(_read_bytes(n, eqns, avals) for n in kernel.inputs), sum(nbytes(avals[n]) for n in kernel.outputs)
     kernel.tiling = _tiling([c.tiling for c in parts if c.kind == "gemm"])
-    blocked = key_blocking and key_blocked(profile, [Step.of(e) for e in eqns], parts, avals, read, write,
-                                           inside_bytes, kernel.inputs, len(kernel.outputs), set(intermediates),
-                                           set(kernel.outputs), [n for n in kernel.inputs if n in fills])
+    blocked = key_blocked(profile, [Step.of(e) for e in eqns], parts, avals, read, write, inside_bytes, kernel.inputs,
+                          len(kernel.outputs), set(intermediates), set(kernel.outputs),
+                          [n for n in kernel.inputs if n in fills], online=key_blocking)
     if blocked:
-        kernel.kind, kernel.tiling = "key_blocked", {**kernel.tiling, **blocked.tiling}
+        kernel.kind = "key_blocked" if key_blocking else "row_blocked"
+        kernel.tiling = {**kernel.tiling, **blocked.tiling}
         parts, read, inside_bytes = blocked.parts, blocked.read_bytes, blocked.intermediate_bytes
     level = "sram" if inside_bytes <= profile.memory.sram_bytes else "spill"
     kernel.buffers = [_buffer(n, avals[n], role, lvl) for names, role, lvl in

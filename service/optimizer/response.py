@@ -50,13 +50,15 @@ class Buffer(_Open):
 class Kernel(_Open):
     id: int = Field(description="position in execution order")
     kind: str = Field(description="the unit that runs it: optical_gemm, vector or host; fused for several ops; "
-                                  "key_blocked for an attention run over blocks of keys (online softmax)")
+                                  "key_blocked for an attention run over blocks of keys (online softmax); "
+                                  "row_blocked for one run over blocks of query rows, every key at once (a "
+                                  "conventional compiler's tiling: no sum reordered)")
     ops: list[str] = Field(description="primitives fused into the kernel, in order")
     eqns: list[int] = Field(description="indices into program.eqns this kernel computes")
     inputs: list[str] = Field(description="variables read from HBM")
     outputs: list[str] = Field(description="variables written to HBM")
     tiling: dict[str, int] = Field(description="optical GEMM tiling (tiles, k_splits, weight_loads, passes); "
-                                               "a key_blocked kernel adds query_block, key_block and their "
+                                               "a key_blocked or row_blocked kernel adds query_block, key_block and their "
                                                "counts; empty for other kernels")
     buffers: list[Buffer] = Field(description="every value the kernel touches, with its memory level")
     estimate: CostEstimate = Field(description="the kernel's estimate under the hardware profile")

@@ -1,5 +1,5 @@
-"""Attention as libraries and models write it runs key-blocked at long N with no rule or pattern
-of its own: jax.nn.dot_product_attention (its head-group transposes, V on the left of the mix),
+"""Attention as libraries and models write it runs blocked at long N (by keys where that beats the
+baseline's blocks of query rows) with no rule or pattern of its own: jax.nn.dot_product_attention (its head-group transposes, V on the left of the mix),
 flax's linen and nnx layers (a row max taken before a transpose), equinox's layer, and a
 Llama-style block (RoPE, grouped K/V, causal mask), a ViT layer at 4097 patches, and torch's scaled_dot_product_attention and
 nn.MultiheadAttention through torch.export; a where that zeroes whole rows after the softmax
@@ -131,23 +131,24 @@ def _torch(module):
 @pytest.mark.parametrize("program", [_torch(_TorchAttention(False)), _torch(_TorchAttention(True)),
                                      _torch(_TorchMultihead())],
                          ids=["torch-sdpa", "torch-sdpa-causal", "torch-multihead-attention"])
-def test_torch_attention_runs_key_blocked_near_its_bound(program):
-    _assert_key_blocked_near_its_bound(program())
+def test_torch_attention_runs_blocked_near_its_bound(program):
+    _assert_blocked_near_its_bound(program())
 
 
 @pytest.mark.parametrize("program", [_llama, lambda: _dot_product_attention(HEADS), lambda: _dot_product_attention(2),
                                      _linen, _nnx, _equinox, _vit],
                          ids=["llama-rope-gqa-causal", "dot-product-attention", "dot-product-attention-gqa",
                               "flax-linen", "flax-nnx", "equinox", "vit-4097-patches"])
-def test_library_attention_runs_key_blocked_near_its_bound(program):
-    _assert_key_blocked_near_its_bound(program())
+def test_library_attention_runs_blocked_near_its_bound(program):
+    _assert_blocked_near_its_bound(program())
 
 
-def _assert_key_blocked_near_its_bound(program):
+def _assert_blocked_near_its_bound(program):
     response = optimize(program, "optu-v1", {"validate": False})
-    assert any(k["kind"] == "key_blocked" for k in response["kernels"])
+    assert any(k["kind"] in ("key_blocked", "row_blocked") for k in response["kernels"])
+    assert any(k["kind"] == "row_blocked" for k in response["baseline_kernels"])  # the same attention, as tiled
     estimate = response["estimate"]
-    assert estimate["speedup_vs_baseline"] >= 2.5
+    assert estimate["speedup_vs_baseline"] >= 1.0  # the baseline runs it row-blocked: its scores never spill
     assert estimate["optimized"]["time_s"] <= 1.3 * estimate["lower_bound"]["time_s"]
 
 
