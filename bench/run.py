@@ -19,7 +19,8 @@ from bench.models.registry import MODELS, RECURRENT, RNN_AND_CHAINS, SMALL, capt
 from bench.report import (RESULTS_DIR, fmt_bytes, fmt_energy, fmt_ratio, fmt_time, geomean, machine, machine_line,
                           publish)
 from costmodel.profile import load_profile
-from lowering.kernels import NAIVE, baseline_kernels, build_kernel_program
+from lowering.baseline import baseline_kernels
+from lowering.kernels import NAIVE, build_kernel_program
 from rewrites.schedule import ALGEBRA_RULE_NAMES
 from service.optimizer.pipeline import optimize
 from service.optimizer.search import FLOOR_BRANCH_NODES, FLOOR_CHOICE_BUDGET, FLOOR_NODE_BUDGET

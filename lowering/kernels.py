@@ -189,13 +189,6 @@ class _Placer:
             self.place(index, sources[0] if sources else self.open(per_call=True))
 
 
-def baseline_kernels(program: dict[str, Any], profile: HardwareProfile) -> KernelProgram:
-    """The fair baseline's kernels of `program`: the cheapest grouping of every conventional fusion
-    policy (greedy sibling fusion can block a vertical fusion, so no one policy is best everywhere;
-    a conventional compiler is credited with the best of them)."""
-    return min((build_kernel_program(program, profile, policy) for policy in POLICIES), key=lambda k: k.total.time_s)
-
-
 def _is_static(eqn: dict[str, Any], static: set[str]) -> bool:
     return all(o["name"] in static for o in eqn["out"])
 

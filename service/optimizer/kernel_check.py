@@ -17,7 +17,8 @@ from scipy.stats import spearmanr
 
 from costmodel.calibrate import Probe, time_probes
 from costmodel.profile import load_profile
-from lowering.kernels import baseline_kernels, build_kernel_program
+from lowering.baseline import baseline_kernels
+from lowering.kernels import build_kernel_program
 from lowering.runnable import kernel_subprogram
 from service.optimizer.options import OptimizeOptions
 from service.optimizer.pipeline import baseline_program, optimize

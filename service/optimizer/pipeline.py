@@ -15,7 +15,8 @@ from typing import Any
 
 from costmodel.extract import Extraction
 from costmodel.profile import HardwareProfile, resolve_profile
-from lowering.kernels import NAIVE, POLICIES, KernelProgram, baseline_kernels, build_kernel_program
+from lowering.baseline import baseline_kernels
+from lowering.kernels import NAIVE, POLICIES, KernelProgram, build_kernel_program
 from lowering.lower_bound import lower_bound
 from lowering.listing import kernel_listing
 from lowering.pallas_attention import realize_attention

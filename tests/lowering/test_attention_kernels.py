@@ -54,13 +54,17 @@ def test_a_program_without_attention_is_left_as_it_is():
     assert with_attention_kernels(program, [[0, 1, 2]]) is None
 
 
-def test_a_whole_long_context_layer_runs_its_attention_key_blocked():
+def test_a_whole_long_context_layer_runs_its_attention_blocked_in_the_baseline_and_key_blocked_optimized():
     """N = 8192: in the layer the greedy chain puts the score product with the projections, so only
-    the regrouped seed holds the attention whole."""
+    the regrouped grouping holds the attention whole; the baseline has it too (row-blocked: a
+    conventional compiler that fuses GEMM chains fuses an attention whole), so its scores never
+    spill (its FFN's gelu does: the model holds a fused elementwise chain's values whole), and the optimized program's key blocking gains over it only by fewer K and V loads."""
     fn, args, weights = bert_encoder(1, seq=8192, batch=1)
     response = optimize(capture(fn, *args, weight_argnums=weights), "optu-v1", {"validate": False})
     assert [k["kind"] for k in response["kernels"]].count("key_blocked") == 1
-    assert response["estimate"]["speedup_vs_baseline"] >= 2.5
+    [attention] = [k for k in response["baseline_kernels"] if k["kind"] == "row_blocked"]
+    assert not any(b["level"] == "spill" for b in attention["buffers"])
+    assert 1.0 < response["estimate"]["speedup_vs_baseline"] < 1.5
 
 
 @pytest.mark.parametrize("hardware", ["gpu-roofline", "cpu-host"])

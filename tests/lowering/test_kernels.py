@@ -8,7 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from costmodel.profile import load_profile, with_overrides
-from lowering.kernels import CONVENTIONAL, NAIVE, SIBLINGS, VERTICAL, FusionPolicy, baseline_kernels, build_kernel_program
+from lowering.baseline import baseline_kernels
+from lowering.kernels import CONVENTIONAL, NAIVE, SIBLINGS, VERTICAL, FusionPolicy, build_kernel_program
 from wire.capture import capture
 
 PROFILE = load_profile("optu-v1")

@@ -199,7 +199,8 @@ def test_a_fused_kernel_gpu_roofline_cannot_return_is_priced_as_xla_runs_it():
     """A key-blocked kernel the fused kernel cannot express (rows replaced by a nonzero constant),
     on a profile whose kernels hold one GEMM: the program is priced as its conventional kernels."""
     from lowering.attention_kernels import with_attention_kernels
-    from lowering.kernels import POLICIES, baseline_kernels, build_kernel_program
+    from lowering.baseline import baseline_kernels
+    from lowering.kernels import POLICIES, build_kernel_program
     from service.optimizer.pipeline import with_pallas_kernels
 
     def filled(q, k, v):
