@@ -52,11 +52,13 @@ class OptimizeOptions(BaseModel):
         return self.rules and self.fp_mode == "real" and "softmax-dot-of-concat" not in self.exclude_rules
 
     def attention_kernels(self, profile: HardwareProfile) -> bool:
-        """Whether an attention may be one kernel of its two products, run key-blocked: where the
-        profile's kernels hold two GEMMs, or where it is returned as one Pallas kernel that runs
-        compiled there (a profile whose kernels hold one never prices a kernel XLA would split)."""
-        return self.key_blocking and (profile.kernel.max_gemms >= 2 or
-                                      self.lowering == "pallas" and profile.kernel.pallas_compiled)
+        """Whether an attention may be one kernel of its two products: where the profile's kernels
+        hold two GEMMs (in any mode: run over blocks of query rows, as the baseline may, and over
+        blocks of keys too where `key_blocking`), or where it is returned as one Pallas kernel that
+        runs compiled there, key-blocked (a profile whose kernels hold one never prices a kernel
+        XLA would split)."""
+        return (self.rules and profile.kernel.max_gemms >= 2) or \
+            (self.key_blocking and self.lowering == "pallas" and profile.kernel.pallas_compiled)
 
     @classmethod
     def names(cls) -> set[str]:

@@ -184,7 +184,7 @@ def _search(program: dict[str, Any], profile: HardwareProfile, options: Optimize
 
 def _attention_kernels(candidate: dict[str, Any], kernels: list[Kernel], profile: HardwareProfile,
                        options: OptimizeOptions) -> list[Kernel] | None:
-    """A policy's kernels with each attention whole, to run key-blocked (two GEMMs in one kernel):
+    """A policy's kernels with each attention whole, to run blocked (two GEMMs in one kernel):
     where the profile's kernels may hold two, or where each such kernel is returned as one fused
     Pallas kernel (`lowering: "pallas"`), which must then run key-blocked and be one the fused
     kernel expresses: a profile whose kernels hold one GEMM never prices a kernel XLA would split."""
@@ -193,7 +193,7 @@ def _attention_kernels(candidate: dict[str, Any], kernels: list[Kernel], profile
     regrouped = with_attention_kernels(candidate, [k.eqns for k in kernels])
     if not regrouped:
         return None
-    kernels = build_kernel_program(candidate, profile, groups=regrouped, key_blocking=True).kernels
+    kernels = build_kernel_program(candidate, profile, groups=regrouped, key_blocking=options.key_blocking).kernels
     if profile.kernel.max_gemms < 2:
         beyond = [k for k in kernels if k.ops.count("dot_general") > profile.kernel.max_gemms]
         if any(k.kind != "key_blocked" or unrealizable(candidate, k) for k in beyond):

@@ -67,6 +67,17 @@ def test_a_whole_long_context_layer_runs_its_attention_blocked_in_the_baseline_a
     assert 1.0 < response["estimate"]["speedup_vs_baseline"] < 1.5
 
 
+def test_exact_mode_searches_a_long_context_layer_with_its_attention_row_blocked():
+    """Blocking query rows reorders no sum: exact mode starts from the same regrouped kernels as the
+    baseline, so the search's own program is returned, never blocking keys."""
+    fn, args, weights = bert_encoder(1, seq=8192, batch=1)
+    response = optimize(capture(fn, *args, weight_argnums=weights), "optu-v1", {"validate": False, "fp_mode": "exact"})
+    kinds = [k["kind"] for k in response["kernels"]]
+    assert kinds.count("row_blocked") == 1 and "key_blocked" not in kinds
+    assert response["report"]["fusion"]["chosen"] != "baseline"
+    assert response["estimate"]["speedup_vs_baseline"] >= 1.0
+
+
 @pytest.mark.parametrize("hardware", ["gpu-roofline", "cpu-host"])
 def test_profiles_whose_kernels_hold_one_gemm_never_get_an_attention_kernel(hardware):
     """An attention kernel runs two GEMMs: on a profile whose kernels hold one it would claim a
