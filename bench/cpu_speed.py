@@ -28,7 +28,7 @@ import numpy as np
 from bench.ceiling import CeilingSettings, ceiling_safely, ceiling_table, summarize_ceiling
 from bench.models.registry import MODELS, build
 from bench.models.variants import MODELS_WITH_ALTERNATIVES
-from bench.report import RESULTS_DIR, fmt_ratio, fmt_time, geomean, machine, machine_line, publish, spearman
+from bench.report import RESULTS_DIR, fmt_ratio, fmt_time, geomean, machine, machine_line, publish, rank_agreement
 from bench.timing import interleaved_medians, timed
 from costmodel.profile import load_profile
 from lowering.compare import output_error
@@ -144,9 +144,8 @@ def estimates_against_clock(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """How well `cpu-host`'s estimated speedups predict the measured ones: their rank correlation
     (over every model, and over those whose program changed: an unchanged one's ratio is noise) and
     the models measured more than CLOCK_TOLERANCE away from their estimate."""
-    changed = [r for r in rows if not r["same_program"]]
-    pairs = lambda rs: ([r["estimate"]["speedup"] for r in rs], [r["speedup_measured"] for r in rs])  # noqa: E731
-    return {"spearman": spearman(*pairs(rows)), "spearman_changed": spearman(*pairs(changed)), "changed": len(changed),
+    estimated, measured = [r["estimate"]["speedup"] for r in rows], [r["speedup_measured"] for r in rows]
+    return {**rank_agreement(estimated, measured, [not r["same_program"] for r in rows]),
             "off_estimate": [r["model"] for r in rows
                              if abs(r["speedup_measured"] / r["estimate"]["speedup"] - 1) > CLOCK_TOLERANCE]}
 

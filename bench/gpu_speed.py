@@ -26,7 +26,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from bench.report import geomean, spearman
+from bench.report import geomean, rank_agreement
 from bench.timing import interleaved_rounds
 
 RESULTS = Path(__file__).resolve().parent / "results" / "gpu_speed.json"
@@ -131,13 +131,9 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Rank correlation of estimated and measured speedups (over every model, and over those whose
     program changed: an unchanged one's ratio is the machine's noise), geometric means and the
     returned programs measured slower than the original."""
-    changed = [r for r in rows if not r["unchanged"]]
-    speedups = lambda rs, key: [r["estimated"]["speedup"] if key == "estimated" else r[key] for r in rs]  # noqa: E731
-    return {"models": len(rows), "changed": len(changed),
-            "spearman": spearman(speedups(rows, "estimated"), speedups(rows, "measured_speedup")),
-            "spearman_changed": spearman(speedups(changed, "estimated"), speedups(changed, "measured_speedup")),
-            "estimated_geomean": geomean(speedups(rows, "estimated")),
-            "measured_geomean": geomean(speedups(rows, "measured_speedup")),
+    estimated, measured = [r["estimated"]["speedup"] for r in rows], [r["measured_speedup"] for r in rows]
+    return {"models": len(rows), **rank_agreement(estimated, measured, [not r["unchanged"] for r in rows]),
+            "estimated_geomean": geomean(estimated), "measured_geomean": geomean(measured),
             "slower": [r["model"] for r in rows if r["measured_speedup"] < SLOWER]}
 
 

@@ -97,6 +97,14 @@ def geomean(values: Iterable[float]) -> float | None:
     return math.exp(sum(map(math.log, vals)) / len(vals)) if vals else None
 
 
+def rank_agreement(estimated: list[float], measured: list[float], changed: list[bool]) -> dict[str, Any]:
+    """How well estimated speedups rank as the measured ones do: Spearman's correlation over every
+    program, and over those the optimizer changed (an unchanged one's ratio is the machine's noise)."""
+    kept = lambda xs: [x for x, c in zip(xs, changed) if c]  # noqa: E731
+    return {"spearman": spearman(estimated, measured), "spearman_changed": spearman(kept(estimated), kept(measured)),
+            "changed": sum(changed)}
+
+
 def spearman(xs: list[float], ys: list[float]) -> float:
     """Spearman's rank correlation (ties share their mean rank); NaN below three pairs or where
     either side is constant."""
