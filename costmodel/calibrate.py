@@ -306,6 +306,10 @@ def write_cpu_host_profile(measured: dict[str, Any], path: str | Path = PROFILES
             "max_gemms": (1, f"{mapping}: a kernel is one library GEMM plus epilogues, as XLA:CPU runs it", None),
             "pallas_compiled": (False, f"{mapping}: on a CPU a Pallas kernel runs in interpret mode only, not "
                                 "as one compiled kernel", None),
+            "fusion": ("xla", f"{mapping}: jax.jit compiles the returned program with XLA:CPU, which groups it "
+                       "into kernels its own way", None),
+            "gemm_epilogue": (False, f"{mapping}: XLA:CPU runs each GEMM as a fusion of its own, no elementwise "
+                              "op in it (its optimized HLO)", None),
             "loop_iteration_s": (measured["loop"]["iteration_s"], f"{by}: slope of t vs length of a scan "
                                  f"({LOOP_TRIPS[0]} and {LOOP_TRIPS[1]}) with a 4x32 multiply-add body, less the "
                                  "body's flops", None)},

@@ -10,7 +10,7 @@ import functools
 import json
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -172,6 +172,19 @@ class KernelParams(_Section):
     # Whether a Pallas kernel runs compiled here as one kernel (Triton on an NVIDIA GPU), so a kernel
     # of more GEMMs returned as one is what runs; false where Pallas only interprets (a CPU).
     pallas_compiled: bool = False
+    # Who groups a returned program into the kernels that run: "chosen", this compiler (the OPTU
+    # runs the kernels a response lists); "xla", XLA compiling it (a CPU, a GPU), which fuses it its
+    # own way, so programs are priced as XLA groups them, but for fused kernels a program carries.
+    fusion: Literal["chosen", "xla"] = "chosen"
+    # Under XLA's fusion, required there: whether elementwise ops after a GEMM run inside its kernel
+    # (a GPU's GEMM epilogues); false where a GEMM is a library call of its own (XLA:CPU).
+    gemm_epilogue: bool | None = None
+
+    @model_validator(mode="after")
+    def _xla_fusion_says_how_gemms_fuse(self) -> KernelParams:
+        if self.fusion == "xla" and self.gemm_epilogue is None:
+            raise ValueError("gemm_epilogue is required when fusion is \"xla\"")
+        return self
 
 
 class HardwareProfile(_Section):

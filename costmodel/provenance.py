@@ -94,6 +94,8 @@ def render_profile_fields(fields: dict[str, dict[str, tuple[Any, str | None, str
 def _toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)
     if isinstance(value, int):
         return str(value)
     return f"{value:.4g}"  # TOML reads 1e+10 and 1024 alike; the schema accepts ints for floats

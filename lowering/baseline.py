@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from costmodel.profile import HardwareProfile
+from lowering.as_run import compiled_by_xla, kernels_as_run
 from lowering.attention_kernels import with_attention_kernels
 from lowering.kernels import POLICIES, KernelProgram, build_kernel_program
 
@@ -13,7 +14,10 @@ def baseline_kernels(program: dict[str, Any], profile: HardwareProfile) -> Kerne
     vertical fusion, so no one policy is best everywhere; a conventional compiler is credited with
     the best of them), each also with every attention taken out as one kernel of its own where the
     profile's kernels hold two GEMMs: a compiler that fuses GEMM chains fuses an attention whole and
-    tiles it over blocks of query rows (`row_blocked`, no sum reordered)."""
+    tiles it over blocks of query rows (`row_blocked`, no sum reordered). Where XLA compiles the
+    program, the conventional compiler is XLA itself: the program as XLA groups it."""
+    if compiled_by_xla(profile):
+        return kernels_as_run(program, profile)
     candidates = []
     for policy in POLICIES:
         grouped = build_kernel_program(program, profile, policy)

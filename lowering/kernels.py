@@ -18,7 +18,9 @@ from costmodel.key_blocking import Step
 from costmodel.kernel_cost import VIEW_OPS, fused_estimate, key_blocked
 from costmodel.op_cost import Aval, OpCost, nbytes, op_cost
 from costmodel.profile import HardwareProfile
-from wire.primitives import GEMMS, nested_programs
+from wire.primitives import GEMMS, names, nested_programs
+
+REDUCTIONS = names(role="reduction")
 
 
 @dataclass(frozen=True)
@@ -27,12 +29,18 @@ class FusionPolicy:
     kernel that produced one of its operands (producer-consumer fusion); `siblings`: otherwise it
     joins the kernel opened last when that kernel reads one of its operands (the operand is read
     once) or when it reads no value computed per call (it can run anywhere); `gemm_chains`: a kernel
-    may run GEMMs back to back, up to the profile's `kernel.max_gemms`, instead of one."""
+    may run GEMMs back to back, up to the profile's `kernel.max_gemms`, instead of one;
+    `gemm_alone`: a GEMM is a library call, its kernel takes no op before it and ops after it only
+    with `gemm_epilogue`; `reductions_end`: an op reading a reduction's result starts a kernel of its
+    own (a kernel is one loop nest, so a row is reduced before anything uses its result)."""
 
     name: str
     vertical: bool = True
     siblings: bool = False
     gemm_chains: bool = False
+    gemm_alone: bool = False
+    gemm_epilogue: bool = True
+    reductions_end: bool = False
 
 
 NAIVE = FusionPolicy("naive", vertical=False)
@@ -120,8 +128,10 @@ def eqn_cost(profile: HardwareProfile, eqn: dict[str, Any], avals: dict[str, Ava
 
 
 def build_kernel_program(program: dict[str, Any], profile: HardwareProfile, policy: FusionPolicy = CONVENTIONAL,
-                         groups: list[list[int]] | None = None, key_blocking: bool = False) -> KernelProgram:
-    """Kernels of `program`: the given `groups` of equation indices, else those of `policy`.
+                         groups: list[list[int]] | None = None, key_blocking: bool = False,
+                         pinned: list[list[int]] = ()) -> KernelProgram:
+    """Kernels of `program`: the given `groups` of equation indices, else those of `policy` around
+    the `pinned` groups (each one kernel as given: a fused kernel the program carries).
     An attention kernel runs over blocks of query rows where that is cheaper (each block with every
     key: a conventional compiler's tiling of a fused kernel, exact); with `key_blocking` also over
     blocks of keys (costmodel/key_blocking.py; the online softmax reorders sums, so real mode only,
@@ -130,7 +140,7 @@ def build_kernel_program(program: dict[str, Any], profile: HardwareProfile, poli
     costs = [eqn_cost(profile, e, avals) for e in program["eqns"]]
     placer = _Placer(program, costs)
     if groups is None:
-        _assign_greedy(placer, static, policy, profile.kernel.max_gemms if policy.gemm_chains else 1)
+        _assign_greedy(placer, static, policy, profile.kernel.max_gemms if policy.gemm_chains else 1, pinned)
     else:
         _assign_groups(placer, static, groups)
     placer.materialize_returned_views()
@@ -158,6 +168,7 @@ class _Placer:
         self.reads: dict[Kernel, set[str]] = {}  # per kernel: the values its equations read
         self.deferred: dict[str, int] = {}  # view output -> its equation, placed in each reader
         self.escaping = {o for o in program["outputs"] if isinstance(o, str)}
+        self.pinned: set[Kernel] = set()  # kernels whose equations were given: no other op joins them
 
     def open(self, per_call: bool) -> Kernel:
         group = self.kernels if per_call else self.precompute
@@ -176,6 +187,10 @@ class _Placer:
         kernel.eqns.append(index)
         self.producer.update((o["name"], kernel) for o in self.eqns[index]["out"])
         self.reads.setdefault(kernel, set()).update(a for a in self.eqns[index]["in"] if isinstance(a, str))
+
+    def reduced(self, kernel: Kernel) -> set[str]:
+        """The values `kernel`'s reductions produce."""
+        return {o["name"] for i in kernel.eqns if self.eqns[i]["op"] in REDUCTIONS for o in self.eqns[i]["out"]}
 
     def defer(self, index: int) -> None:
         self.deferred.update((o["name"], index) for o in self.eqns[index]["out"])
@@ -205,14 +220,23 @@ def _assign_groups(placer: _Placer, static: set[str], groups: list[list[int]]) -
             placer.place(index, target)
 
 
-def _assign_greedy(placer: _Placer, static: set[str], policy: FusionPolicy, max_gemms: int) -> None:
+def _assign_greedy(placer: _Placer, static: set[str], policy: FusionPolicy, max_gemms: int,
+                   pinned: list[list[int]] = ()) -> None:
     """Greedy fusion in program order under `policy`. Views of kernel-external data (a bias
     broadcast) are folded into each reader. An op joins the latest kernel that produced one of its
     operands (its other operands come from earlier kernels, so kernel order stays a valid
     schedule), else, with siblings, the kernel opened last (which runs after all its producers);
     a kernel takes vector work freely and GEMMs up to `max_gemms`, and never joins a host op."""
     per_call = placer.kernels
+    group_of = {i: n for n, group in enumerate(pinned) for i in group}
+    opened: dict[int, Kernel] = {}
     for index, (eqn, cost) in enumerate(zip(placer.eqns, placer.costs)):
+        if index in group_of:
+            if group_of[index] not in opened:
+                opened[group_of[index]] = placer.open(per_call=True)
+                placer.pinned.add(opened[group_of[index]])
+            placer.place(index, opened[group_of[index]])
+            continue
         names = [a for a in eqn["in"] if isinstance(a, str)]
         producers = [k for a in names if (k := placer.producer.get(a)) in per_call]
         if _is_static(eqn, static):
@@ -224,13 +248,21 @@ def _assign_greedy(placer: _Placer, static: set[str], policy: FusionPolicy, max_
             options = [max(producers, key=lambda k: k.id)] if producers and policy.vertical else []
             if policy.siblings and per_call and (not producers or placer.reads.get(per_call[-1], set()) & set(names)):
                 options.append(per_call[-1])
-            target = next((k for k in options if _fits(placer, k, cost, max_gemms)), None) or placer.open(per_call=True)
+            target = next((k for k in options if _fits(placer, k, index, policy, max_gemms)), None) \
+                or placer.open(per_call=True)
         placer.place(index, target)
 
 
-def _fits(placer: _Placer, kernel: Kernel, cost: OpCost, max_gemms: int) -> bool:
-    kinds = [placer.costs[i].kind for i in kernel.eqns]
-    if "host" in kinds:
+def _fits(placer: _Placer, kernel: Kernel, index: int, policy: FusionPolicy, max_gemms: int) -> bool:
+    """Whether equation `index` may join `kernel` under `policy`."""
+    cost, kinds = placer.costs[index], [placer.costs[i].kind for i in kernel.eqns]
+    if "host" in kinds or kernel in placer.pinned:
+        return False
+    if policy.reductions_end and placer.reduced(kernel) & {a for a in placer.eqns[index]["in"] if isinstance(a, str)}:
+        return False
+    if policy.gemm_alone and ((cost.kind == "gemm" and any(k != "free" for k in kinds))
+                              or ("gemm" in kinds and (not policy.gemm_epilogue
+                                                       or placer.eqns[index]["op"] in REDUCTIONS))):
         return False
     return cost.kind in ("vector", "free") or (cost.kind == "gemm" and kinds.count("gemm") < max_gemms)
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from costmodel.extract import Extraction
 from costmodel.profile import HardwareProfile, resolve_profile
+from lowering.as_run import carried_kernels, compiled_by_xla, kernels_as_run
 from lowering.baseline import baseline_kernels
 from lowering.kernels import NAIVE, POLICIES, KernelProgram, build_kernel_program
 from lowering.lower_bound import lower_bound
@@ -103,6 +104,8 @@ def _optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | 
             searched = candidate  # the bound is over programs of JAX's ops (a fused kernel is not priced as one)
             if options.lowering == "pallas":
                 candidate, lowered = with_pallas_kernels(candidate, lowered, written, baseline, profile, notes)
+            if compiled_by_xla(profile):
+                candidate, lowered = _as_xla_runs_it(candidate, lowered, written, baseline, profile, notes)
         with stage(timings, "validate"):
             if not options.validate_result:
                 validation = {"status": "skipped", "max_rel_error": None, "trials": 0, "reason": "validation turned off by the request"}
@@ -183,7 +186,7 @@ def _loops(tidied: dict[str, Any], profile: HardwareProfile, options: OptimizeOp
     for variant in variants:
         nested, report = optimize_nested(variant, lambda body: optimize(body, profile, body_options, extra_rules))
         done.append((tidy_loops(nested)[0] if options.rules else nested, report))
-    best = min(done, key=lambda d: build_kernel_program(d[0], profile).total.time_s)
+    best = min(done, key=lambda d: baseline_kernels(d[0], profile).total.time_s)
     remaining = max(share, limit - (time.perf_counter() - started))
     return best[0], [d[0] for d in done if d is not best], best[1], remaining
 
@@ -193,8 +196,8 @@ def with_pallas_kernels(candidate: dict[str, Any], lowered: KernelProgram, writt
                        ) -> tuple[dict[str, Any], KernelProgram]:
     """The program with each key-blocked kernel returned as one fused Pallas kernel, and its
     kernels. Where the profile's own kernels hold one GEMM, a key-blocked kernel left as ops would
-    be a kernel that does not run: the program is then priced as XLA runs it (the cheapest
-    conventional grouping, or the baseline's program where that is no slower)."""
+    be a kernel that does not run: the program is then priced as XLA runs it (as the baseline is,
+    or the baseline's program where that is no slower)."""
     realized, kernels, realized_notes = realize_attention(candidate, lowered.kernels)
     notes += realized_notes
     try:
@@ -207,8 +210,24 @@ def with_pallas_kernels(candidate: dict[str, Any], lowered: KernelProgram, writt
         return realized, replace(lowered, kernels=kernels)
     notes.append("an attention kernel this profile runs only as one Pallas kernel stays JAX ops: "
                  "priced as XLA runs it")
-    lowered = min((build_kernel_program(candidate, profile, p) for p in POLICIES), key=lambda k: k.total.time_s)
+    lowered = baseline_kernels(candidate, profile)
     return (candidate, lowered) if lowered.total.time_s < baseline.total.time_s else (written, baseline)
+
+
+def _as_xla_runs_it(candidate: dict[str, Any], lowered: KernelProgram, written: dict[str, Any],
+                    baseline: KernelProgram, profile: HardwareProfile, notes: list[str]
+                    ) -> tuple[dict[str, Any], KernelProgram]:
+    """The program to return and its kernels as XLA groups it (the fused kernels it carries as
+    chosen), priced as the baseline is: the baseline's program where that gains less than the
+    profile's `min_speedup`."""
+    if candidate is written:
+        return written, baseline
+    run = kernels_as_run(candidate, profile, carried_kernels(lowered.kernels))
+    if baseline.total.time_s < profile.min_speedup * run.total.time_s:
+        notes.append(f"as XLA groups it, the program's estimated speedup {baseline.total.time_s / run.total.time_s:.3f}x "
+                     f"is below the profile's min_speedup {profile.min_speedup}; returning the baseline's program")
+        return written, baseline
+    return candidate, run
 
 
 def _loop_notes(moved: int, hoisted: int) -> list[str]:
@@ -298,6 +317,7 @@ def _estimates(profile: HardwareProfile, naive: KernelProgram, baseline: KernelP
     proof = {r: "exact" if r in egraph.exact else "heaviest_path" for r in FLOOR_RESOURCES} if egraph else None
     return {
         "hardware": profile.name,
+        "priced_as": profile.kernel.fusion,
         "naive": naive.total.to_dict(),
         "baseline": baseline.total.to_dict(),
         "optimized": optimized.total.to_dict(),

@@ -66,10 +66,17 @@ class Kernel(_Open):
 
 class Estimates(_Open):
     hardware: str = Field(description="the hardware profile estimated against")
+    priced_as: Literal["chosen", "xla"] = Field("chosen", description="whose kernels `baseline`, `optimized` and "
+                                            "`kernels` are: `chosen`, the kernels this compiler chose, which run as "
+                                            "listed (the OPTU); `xla`, the programs as XLA groups them when it "
+                                            "compiles them (a CPU, a GPU: the hardware profile's kernel.fusion), "
+                                            "but for fused kernels the program carries (flash_attention), which "
+                                            "run as chosen")
     naive: CostEstimate = Field(description="one kernel per equation, no rewrites")
     baseline: CostEstimate = Field(description="a conventional compiler on the same hardware, the cheapest of its "
                                                "policies (fusion, sibling fusion, GEMM chaining) with weight "
-                                               "precompute, no algebraic rewrites")
+                                               "precompute, no algebraic rewrites; XLA's own grouping where "
+                                               "`priced_as` is `xla`")
     optimized: CostEstimate = Field(description="the returned program's kernels and the call's dispatch")
     precompute: CostEstimate | None = Field(None, description="weight-only work of the returned program, run "
                                                               "once per weight set (not in `optimized`)")
