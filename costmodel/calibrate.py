@@ -10,6 +10,7 @@ import datetime
 import json
 import os
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -41,6 +42,11 @@ VECTOR_ELEMENTS = 1 << 15  # 128 KiB of fp32: the chains below run from L1/L2
 REDUCE_ELEMENTS = 1 << 17  # 512 KiB of fp32 in 64-wide rows: L2-resident, long enough to resolve
 CHAINS = (2, 18)  # chain lengths: the slope between them is the per-op cost, free of load/store
 GEMM_CHAIN = (1, 17)  # dependent tiny GEMMs in one call: the slope is the fixed cost of one GEMM
+# Dependent row sums of 16 elements in one call, each step a kernel XLA cannot fuse into the next
+# (a reduction's result is read by the step after it): the slope of time against the kernels XLA
+# compiled (counted in its optimized HLO) is one more kernel's cost inside a call; the rest of a
+# one-kernel call is the call's own dispatch.
+KERNEL_CHAIN = (1, 65)
 LOOP_TRIPS = (8, 520)  # scan lengths with a tiny body: the slope is the cost of one iteration
 BUFFERS = (1, 9)  # inputs (or outputs) of a call on 16-element arrays: the slope is one buffer's cost
 # Ops whose per-element cost is measured, each as a bounded chain (values stay finite and in the
@@ -62,6 +68,13 @@ FMA_STEP = (lambda x: x * 0.999 + 0.001, 2)  # the unit chain: a multiply and an
 CONV_SIZES = (16, 32)  # height = width of a batch of 2 NHWC images, 3x3 window, SAME padding
 CONV_FEATURES = (4, 8, 16)  # in = out features
 CONV_TINY = 4  # a 4x4 image with one feature: almost pure setup
+# The median probe's slowest pass over its fastest, beyond which this machine is too loaded to
+# measure: the profile would be written from noise, so the previous one is kept.
+MAX_SPREAD = 1.25
+
+
+class MachineTooLoaded(RuntimeError):
+    """The probes' times spread too widely over the interleaved passes to write a profile from."""
 
 
 def apply_measurement_settings() -> None:
@@ -161,6 +174,8 @@ def build_probes() -> dict[str, Probe]:
         for f in CONV_FEATURES:
             p[f"conv{size}x{f}"] = Probe(_conv, (_uniform(2, size, size, f), _uniform(3, 3, f, f) / (9 * f)))
     p["conv_tiny"] = Probe(_conv, (_uniform(1, CONV_TINY, CONV_TINY, 1), _uniform(3, 3, 1, 1)))
+    for length in KERNEL_CHAIN:
+        p[f"kernels{length}"] = Probe(_chain(lambda v: v - v.sum() * 0.01, length), (_uniform(16),))
     for trips in LOOP_TRIPS:
         p[f"scan{trips}"] = Probe(_scan(trips), (_uniform(4, 32),))
     for n in BUFFERS:
@@ -169,8 +184,22 @@ def build_probes() -> dict[str, Probe]:
     return p
 
 
-def derive(t: dict[str, float]) -> dict[str, Any]:
-    """Rates and overheads from probe times (seconds); each is a slope or a difference of two."""
+# Instructions of an optimized HLO entry computation that run no kernel of their own.
+_NOT_KERNELS = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast"})
+
+
+def compiled_kernels(probe: Probe) -> int:
+    """Kernels XLA compiled the probe's call into: its optimized HLO's top-level instructions that
+    compute (fusions, library calls, lone ops)."""
+    text = probe.call.lower(*probe.args).compile().as_text()
+    entry = text[text.index("\nENTRY"):].split("\n}", 1)[0]
+    ops = re.findall(r"^\s*(?:ROOT )?\S+ = \S+ ([\w-]+)\(", entry, re.M)
+    return sum(op not in _NOT_KERNELS for op in ops)
+
+
+def derive(t: dict[str, float], kernels: dict[str, int]) -> dict[str, Any]:
+    """Rates and overheads from probe times (seconds) and the kernels XLA compiled some probes into;
+    each is a slope or a difference of two."""
     def slope(a: str, b: str, work_a: float, work_b: float) -> float:  # seconds per unit of work
         return max(t[b] - t[a], 1e-12) / (work_b - work_a)  # a noisy non-positive slope stays finite
 
@@ -178,12 +207,17 @@ def derive(t: dict[str, float]) -> dict[str, Any]:
         return 12.0 / slope(*(f"add{n}" for n in sizes), *sizes)
 
     call = t["call"]
+    per_kernel = slope(*(f"kernels{n}" for n in KERNEL_CHAIN), *(kernels[f"kernels{n}"] for n in KERNEL_CHAIN))
     flops = {n: 2.0 * n**3 for n in MATMUL_SIZES}
     lo, hi = MATMUL_SIZES
     matmul_rate = 1.0 / slope(f"matmul{lo}", f"matmul{hi}", flops[lo], flops[hi])
     clock = matmul_rate / (2 * TILE * TILE)
-    # One 8-row pass over one tile per GEMM is the modelled work; the rest is the per-GEMM cost.
-    gemm_call = max(0.0, slope(*(f"gemm_chain{n}" for n in GEMM_CHAIN), *GEMM_CHAIN) - 8 / clock)
+    # One 8-row pass over one tile per GEMM is the modelled work, and its kernels' launches are
+    # priced as kernels; the rest is the per-GEMM cost.
+    kernels_per_gemm = (kernels[f"gemm_chain{GEMM_CHAIN[1]}"] - kernels[f"gemm_chain{GEMM_CHAIN[0]}"]) \
+        / (GEMM_CHAIN[1] - GEMM_CHAIN[0])
+    gemm_call = max(0.0, slope(*(f"gemm_chain{n}" for n in GEMM_CHAIN), *GEMM_CHAIN) - 8 / clock
+                    - kernels_per_gemm * per_kernel)
     a, b = CHAINS
     per_step = {op: slope(f"{op}{a}", f"{op}{b}", a * VECTOR_ELEMENTS, b * VECTOR_ELEMENTS)
                 for op in ("fma", *TRANSCENDENTALS)}
@@ -203,17 +237,21 @@ def derive(t: dict[str, float]) -> dict[str, Any]:
                    "hbm_bw_bytes_per_s": 12.0 * DRAM_ELEMENTS / max(t[f"add{DRAM_ELEMENTS}"] - call, 1e-9)},
         "loop": {"iteration_s": max(0.0, slope(*(f"scan{n}" for n in LOOP_TRIPS), *LOOP_TRIPS)
                                     - 4 * 32 * FMA_STEP[1] / flops_per_s)},
-        "overhead": {"launch_overhead_s": call,
+        "overhead": {"launch_overhead_s": per_kernel, "dispatch_overhead_s": max(0.0, call - per_kernel),
                      **{f"{kind}_s": slope(*(f"{kind}{n}" for n in BUFFERS), *BUFFERS) for kind in ("inputs", "outputs")}},
     }
 
 
 def measure(seconds_budget: float) -> dict[str, Any]:
     """All measurements in this process (which must have applied the measurement settings)."""
-    times = time_probes(build_probes(), seconds_budget)
+    probes = build_probes()
+    kernels = {name: compiled_kernels(probes[name]) for name in
+               (*(f"kernels{n}" for n in KERNEL_CHAIN), *(f"gemm_chain{n}" for n in GEMM_CHAIN))}
+    times = time_probes(probes, seconds_budget)
     return {"date": datetime.date.today().isoformat(), "jax": jax.__version__, "cpus": os.cpu_count(),
             "xla_flags": MEASUREMENT_XLA_FLAGS, "llc_bytes": last_level_cache_bytes(),
-            "probe_times_s": times, **derive(times)}
+            "probe_times_s": times, "probe_kernels": kernels,
+            "spread": statistics.median(max(p.runs) / min(p.runs) for p in probes.values()), **derive(times, kernels)}
 
 
 def calibrate(seconds_budget: float = 20) -> dict[str, Any]:
@@ -243,10 +281,16 @@ def last_level_cache_bytes() -> int | None:
     return best
 
 
-def write_cpu_host_profile(measured: dict[str, Any], path: str | Path = PROFILES_DIR / "cpu-host.toml") -> Path:
+def write_cpu_host_profile(measured: dict[str, Any], path: str | Path = PROFILES_DIR / "cpu-host.toml",
+                           max_spread: float | None = MAX_SPREAD) -> Path:
     """Write a `cpu-host` profile from `calibrate()`'s result, every number with its provenance
     (the measurement that gave it, the mapping that defines it, or the assumption kept), and check
-    that it loads."""
+    that it loads; raises MachineTooLoaded, writing nothing, when the measurement's spread is
+    above `max_spread` (None: write whatever it is)."""
+    if max_spread is not None and measured["spread"] > max_spread:
+        raise MachineTooLoaded(f"this machine is too loaded to measure: the median probe's slowest pass took "
+                               f"{measured['spread']:.2f}x its fastest (at most {max_spread:g}x is measurable); "
+                               f"{path} is kept as it was")
     m, v, mem, conv = measured["matmul"], measured["vector"], measured["memory"], measured["conv"]
     date, llc, (lo, hi) = measured["date"], measured["llc_bytes"], MATMUL_SIZES
     by = f"measured by optu calibrate on {date}"
@@ -273,7 +317,8 @@ def write_cpu_host_profile(measured: dict[str, Any], path: str | Path = PROFILES
             "weight_cell_energy_j": (0.0, f"{mapping}: no weight programming on a CPU (weight_load_s is 0)", None),
             "laser_power_w": (15.0, None, f"{kept}: ~15 W of busy core power stands in for the laser term"),
             "call_overhead_s": (m["call_overhead_s"], f"{by}: slope of t vs chain length of dependent 8x16 @ 16x16 "
-                                f"GEMMs in one call ({GEMM_CHAIN[0]} and {GEMM_CHAIN[1]}), less one tile pass", None),
+                                f"GEMMs in one call ({GEMM_CHAIN[0]} and {GEMM_CHAIN[1]}), less one tile pass and its kernels' "
+                                "launches", None),
             "conv_overhead_s": (conv["overhead_s"], f"{by}: a 3x3 convolution of one {CONV_TINY}x{CONV_TINY} "
                                 "single-feature image, less the per-call overhead", None),
             "conv_positions_per_s": (conv["positions_per_s"], f"{by}: slope of t vs output positions of 3x3 NHWC "
@@ -296,8 +341,11 @@ def write_cpu_host_profile(measured: dict[str, Any], path: str | Path = PROFILES
                                      f"{LLC_ELEMENTS[0]} and {LLC_ELEMENTS[1]} elements, past L2 and inside the "
                                      "last-level cache", None)},
         "kernel": {
-            "launch_overhead_s": (measured["overhead"]["launch_overhead_s"], f"{by}: jitted call of a scalar add "
-                                  "(dispatch + block_until_ready), one input and one output", None),
+            "launch_overhead_s": (measured["overhead"]["launch_overhead_s"], f"{by}: slope of t vs the kernels "
+                                  f"XLA:CPU compiled (its optimized HLO) of chains of {KERNEL_CHAIN[0]} and "
+                                  f"{KERNEL_CHAIN[1]} dependent 16-element row sums in one call", None),
+            "dispatch_overhead_s": (measured["overhead"]["dispatch_overhead_s"], f"{by}: jitted call of a scalar "
+                                    "add (dispatch + block_until_ready), one kernel, less that kernel's launch", None),
             "input_overhead_s": (measured["overhead"]["inputs_s"], f"{by}: slope of t vs inputs ({BUFFERS[0]} and "
                                  f"{BUFFERS[1]}) of a jitted sum of 16-element arrays", None),
             "output_overhead_s": (measured["overhead"]["outputs_s"], f"{by}: slope of t vs outputs ({BUFFERS[0]} and "

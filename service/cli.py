@@ -227,14 +227,18 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    from costmodel.calibrate import calibrate, write_cpu_host_profile
+    from costmodel.calibrate import MachineTooLoaded, calibrate, write_cpu_host_profile
     from service.optimizer.progress import listening, report
 
     programs = [_checked_program(path) for path in args.check]  # a bad file fails before the measuring
     with _progress(args, "calibrate") as progress, listening(progress):
         report(stage=f"measuring this CPU ({args.seconds:g} s budget)")
         measured = calibrate(args.seconds)
-        path = write_cpu_host_profile(measured, *([args.output] if args.output else []))
+        try:
+            path = write_cpu_host_profile(measured, *([args.output] if args.output else []))
+        except MachineTooLoaded as reason:
+            print(f"optu calibrate: {reason}", file=sys.stderr)
+            return EXIT_FAILED
         if programs:
             from service.optimizer.kernel_check import check_kernels
 
@@ -248,7 +252,9 @@ def _calibrate(args: argparse.Namespace) -> int:
           f"vector        {measured['vector']['flops_per_s'] / 1e9:.2f} GFLOP/s, "
           f"{measured['vector']['sram_bw_bytes_per_s'] / 1e9:.2f} GB/s cached\n"
           f"memory        {measured['memory']['hbm_bw_bytes_per_s'] / 1e9:.2f} GB/s\n"
-          f"per call      {measured['overhead']['launch_overhead_s'] * 1e6:.2f} us\n"
+          f"per call      {measured['overhead']['dispatch_overhead_s'] * 1e6:.2f} us\n"
+          f"per kernel    {measured['overhead']['launch_overhead_s'] * 1e6:.2f} us\n"
+          f"spread        {measured['spread']:.2f}x (slowest pass over fastest, median probe)\n"
           f"wrote         {path}")
     if programs:
         for kind, what in (("baseline", "baseline kernels"), ("optimized", "optimized kernels")):

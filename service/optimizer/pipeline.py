@@ -104,8 +104,9 @@ def _optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | 
             searched = candidate  # the bound is over programs of JAX's ops (a fused kernel is not priced as one)
             if options.lowering == "pallas":
                 candidate, lowered = with_pallas_kernels(candidate, lowered, written, baseline, profile, notes)
-            if compiled_by_xla(profile):
-                candidate, lowered = _as_xla_runs_it(candidate, lowered, written, baseline, profile, notes)
+            if compiled_by_xla(profile) and candidate is not written:
+                candidate, lowered, fusion_report["chosen"] = _as_xla_runs_it(candidate, lowered, written, baseline,
+                                                                              profile, notes)
         with stage(timings, "validate"):
             if not options.validate_result:
                 validation = {"status": "skipped", "max_rel_error": None, "trials": 0, "reason": "validation turned off by the request"}
@@ -216,18 +217,16 @@ def with_pallas_kernels(candidate: dict[str, Any], lowered: KernelProgram, writt
 
 def _as_xla_runs_it(candidate: dict[str, Any], lowered: KernelProgram, written: dict[str, Any],
                     baseline: KernelProgram, profile: HardwareProfile, notes: list[str]
-                    ) -> tuple[dict[str, Any], KernelProgram]:
-    """The program to return and its kernels as XLA groups it (the fused kernels it carries as
-    chosen), priced as the baseline is: the baseline's program where that gains less than the
-    profile's `min_speedup`."""
-    if candidate is written:
-        return written, baseline
+                    ) -> tuple[dict[str, Any], KernelProgram, str]:
+    """The program to return, its kernels as XLA groups it (the fused kernels it carries as chosen),
+    priced as the baseline is, and what was chosen: the baseline's program where that gains less
+    than the profile's `min_speedup`."""
     run = kernels_as_run(candidate, profile, carried_kernels(lowered.kernels))
     if baseline.total.time_s < profile.min_speedup * run.total.time_s:
         notes.append(f"as XLA groups it, the program's estimated speedup {baseline.total.time_s / run.total.time_s:.3f}x "
                      f"is below the profile's min_speedup {profile.min_speedup}; returning the baseline's program")
-        return written, baseline
-    return candidate, run
+        return written, baseline, "min_speedup"
+    return candidate, run, "xla"
 
 
 def _loop_notes(moved: int, hoisted: int) -> list[str]:

@@ -8,7 +8,10 @@ import pytest
 from costmodel import calibrate as cal
 from costmodel.calibrate import (
     TILE,
+    MachineTooLoaded,
+    Probe,
     calibrate,
+    compiled_kernels,
     derive,
     time_probes,
     write_cpu_host_profile,
@@ -22,10 +25,12 @@ def measured():
     return calibrate(seconds_budget=1.0)
 
 
+# A one-second measurement on a loaded test machine spreads as it will; the check on the spread
+# is tested on its own below.
 @pytest.mark.slow  # times real probes on this machine
 def test_tiny_calibration_writes_a_loadable_plausible_profile(measured, tmp_path):
     shipped = (PROFILES_DIR / "cpu-host.toml").read_bytes()
-    path = write_cpu_host_profile(measured, tmp_path / "cpu-host.toml")
+    path = write_cpu_host_profile(measured, tmp_path / "cpu-host.toml", max_spread=None)
     profile = load_profile(str(path))
     assert (PROFILES_DIR / "cpu-host.toml").read_bytes() == shipped  # tests never overwrite it
     assert profile.name == "cpu-host"
@@ -43,18 +48,19 @@ def test_tiny_calibration_writes_a_loadable_plausible_profile(measured, tmp_path
 
 @pytest.mark.slow  # times real probes on this machine
 def test_calibration_writes_the_optional_terms(measured, tmp_path):
-    profile = load_profile(str(write_cpu_host_profile(measured, tmp_path / "p.toml")))
+    profile = load_profile(str(write_cpu_host_profile(measured, tmp_path / "p.toml", max_spread=None)))
     assert profile.memory.cache_bytes > 0 and profile.memory.cache_bw_bytes_per_s > 0
     assert profile.gemm.conv_positions_per_s > 0
     assert profile.gemm.call_overhead_s < 1e-3 and profile.gemm.conv_overhead_s < 1e-3
     k = profile.kernel
     assert 0 <= k.loop_iteration_s < 1e-3 and 0 <= k.input_overhead_s < 1e-3 and 0 <= k.output_overhead_s < 1e-3
+    assert 0 < k.launch_overhead_s < k.dispatch_overhead_s < 1e-3  # a kernel inside a call costs less than the call
     assert measured["xla_flags"] == cal.MEASUREMENT_XLA_FLAGS
 
 
 @pytest.mark.slow  # times real probes on this machine
 def test_every_number_in_the_written_profile_is_labelled(measured, tmp_path):
-    profile = load_profile(str(write_cpu_host_profile(measured, tmp_path / "p.toml")))
+    profile = load_profile(str(write_cpu_host_profile(measured, tmp_path / "p.toml", max_spread=None)))
     assert unlabelled(profile) == []
     measured_by = [name for name, basis in profile.provenance.items()
                    if basis.source and basis.source.startswith("measured by optu calibrate on")]
@@ -72,9 +78,10 @@ def _made_up_times() -> dict[str, float]:
     """Probe times of a machine with known rates: 1e11 flop/s GEMMs, 1e10 flop/s vector unit, etc."""
     call = 5e-6
     t = {"call": call}
+    t.update({f"kernels{n}": call + (2 * n - 1) * 3e-7 for n in cal.KERNEL_CHAIN})  # 2 kernels a step, 1 in all
     t.update({f"matmul{n}": call + 2.0 * n**3 / 1e11 for n in cal.MATMUL_SIZES})
     clock = 1e11 / (2 * TILE * TILE)
-    t.update({f"gemm_chain{n}": call + n * (1e-6 + 8 / clock) for n in cal.GEMM_CHAIN})
+    t.update({f"gemm_chain{n}": call + n * (1e-6 + 3e-7 + 8 / clock) for n in cal.GEMM_CHAIN})  # a kernel each
     per_step = {"fma": 2 / 1e10, **{op: 10 / 1e10 for op in cal.TRANSCENDENTALS}}  # weight 10 each
     t.update({f"{op}{n}": call + n * cal.VECTOR_ELEMENTS * s for op, s in per_step.items() for n in cal.CHAINS})
     t["row_scale"] = call + cal.REDUCE_ELEMENTS / 1e10
@@ -90,8 +97,11 @@ def _made_up_times() -> dict[str, float]:
     return t
 
 
+KERNELS = {**{f"kernels{n}": 2 * n for n in cal.KERNEL_CHAIN}, **{f"gemm_chain{n}": n for n in cal.GEMM_CHAIN}}
+
+
 def test_derive_recovers_the_rates_behind_the_probe_times():
-    d = derive(_made_up_times())
+    d = derive(_made_up_times(), KERNELS)
     assert d["matmul"]["flops_per_s"] == pytest.approx(1e11)
     assert d["matmul"]["call_overhead_s"] == pytest.approx(1e-6)
     assert d["vector"]["flops_per_s"] == pytest.approx(1e10)
@@ -104,7 +114,8 @@ def test_derive_recovers_the_rates_behind_the_probe_times():
     assert d["conv"]["positions_per_s"] == pytest.approx(1e7)
     assert d["conv"]["overhead_s"] == pytest.approx(2e-6)
     assert d["loop"]["iteration_s"] == pytest.approx(5e-8)
-    assert d["overhead"] == pytest.approx({"launch_overhead_s": 5e-6, "inputs_s": 3e-7, "outputs_s": 1e-6})
+    assert d["overhead"] == pytest.approx({"launch_overhead_s": 3e-7, "dispatch_overhead_s": 5e-6 - 3e-7,
+                                           "inputs_s": 3e-7, "outputs_s": 1e-6})
 
 
 class _FakeProbe:
@@ -122,3 +133,29 @@ def test_time_probes_interleaves_passes_and_keeps_each_probes_best():
     probes = {"a": _FakeProbe([3.0, 1.0, 2.0], log, "a"), "b": _FakeProbe([5.0, 6.0, 4.0], log, "b")}
     assert time_probes(probes, 1.0, passes=3) == {"a": 1.0, "b": 4.0}
     assert sorted(log[:2]) == sorted(log[2:4]) == sorted(log[4:]) == ["a", "b"]  # every pass runs both
+
+
+def test_compiled_kernels_counts_what_xla_runs_apart():
+    """A lone add is one kernel; each further dependent row sum adds a kernel or more (its result is
+    read by the next step, so XLA cannot fuse the steps into one loop)."""
+    x = cal._uniform(16)
+    one, nine = (compiled_kernels(Probe(cal._chain(lambda v: v - v.sum() * 0.01, n), (x,))) for n in (1, 9))
+    assert compiled_kernels(Probe(lambda v: v + 1.0, (x,))) == 1
+    assert nine - one >= 8
+
+
+def _measured_with_spread(spread: float) -> dict:
+    return {"date": "2026-12-07", "jax": "0", "cpus": 2, "xla_flags": cal.MEASUREMENT_XLA_FLAGS, "llc_bytes": 1 << 25,
+            "spread": spread, **derive(_made_up_times(), KERNELS)}
+
+
+def test_a_machine_too_loaded_to_measure_keeps_the_previous_profile(tmp_path):
+    path = tmp_path / "cpu-host.toml"
+    write_cpu_host_profile(_measured_with_spread(1.02), path)
+    before = path.read_bytes()
+    with pytest.raises(MachineTooLoaded, match=r"too loaded to measure: .* 1\.60x its fastest"):
+        write_cpu_host_profile(_measured_with_spread(1.6), path)
+    assert path.read_bytes() == before
+    profile = load_profile(str(path))
+    assert profile.kernel.dispatch_overhead_s == pytest.approx(5e-6 - 3e-7)
+    assert profile.kernel.launch_overhead_s == pytest.approx(3e-7)
