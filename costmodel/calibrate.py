@@ -34,14 +34,18 @@ MEASUREMENT_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false"
 # tile costs a whole tile, like a cache-blocked CPU GEMM whose micro-kernel pads small operands.
 MIN_SPEEDUP = 1.05  # see the line it writes into the profile
 TILE = 16
-MATMUL_SIZES = (128, 512)  # square fp32: the slope between them is the sustained GEMM rate
+# fp32 GEMMs of GEMM_ROWS rows by a GEMM_WIDTH-square stationary operand ((GEMM_WIDTH / TILE)^2
+# tiles): the slope of time against rows is the rate rows stream through a tile (the clock); what
+# the few-row one costs beyond its rows is the packing of each tile, which small GEMMs pay in full.
+GEMM_ROWS = (8, 512)
+GEMM_WIDTH = 256
 L2_ELEMENTS = (1 << 14, 1 << 16)  # two fp32 adds whose three arrays stay in a 1 MiB L2
 LLC_ELEMENTS = (1 << 18, 1 << 20)  # 3-12 MiB: past L2, inside any server last-level cache
 DRAM_ELEMENTS = 1 << 23  # 32 MiB of fp32 per array, 96 MiB per add: past any last-level cache
 VECTOR_ELEMENTS = 1 << 15  # 128 KiB of fp32: the chains below run from L1/L2
 REDUCE_ELEMENTS = 1 << 17  # 512 KiB of fp32 in 64-wide rows: L2-resident, long enough to resolve
 CHAINS = (2, 18)  # chain lengths: the slope between them is the per-op cost, free of load/store
-GEMM_CHAIN = (1, 17)  # dependent tiny GEMMs in one call: the slope is the fixed cost of one GEMM
+GEMM_CHAIN = (1, 17)  # dependent one-tile GEMMs of GEMM_ROWS[0] rows in one call: the slope is one GEMM's cost
 # Dependent row sums of 16 elements in one call, each step a kernel XLA cannot fuse into the next
 # (a reduction's result is read by the step after it): the slope of time against the kernels XLA
 # compiled (counted in its optimized HLO) is one more kernel's cost inside a call; the rest of a
@@ -68,9 +72,11 @@ FMA_STEP = (lambda x: x * 0.999 + 0.001, 2)  # the unit chain: a multiply and an
 CONV_SIZES = (16, 32)  # height = width of a batch of 2 NHWC images, 3x3 window, SAME padding
 CONV_FEATURES = (4, 8, 16)  # in = out features
 CONV_TINY = 4  # a 4x4 image with one feature: almost pure setup
-# The median probe's slowest pass over its fastest, beyond which this machine is too loaded to
-# measure: the profile would be written from noise, so the previous one is kept.
-MAX_SPREAD = 1.25
+# The least share of the timing's wall time the measuring process must have run for: below it,
+# other processes held the cores, this machine is too loaded to measure, and the profile would be
+# written from their noise, so the previous one is kept. (The probes' spread over passes cannot tell:
+# on a quiet VM it reaches what a loaded one shows.)
+MIN_CPU_SHARE = 0.8
 
 
 class MachineTooLoaded(RuntimeError):
@@ -158,10 +164,10 @@ def _conv(x, k):
 
 def build_probes() -> dict[str, Probe]:
     p = {"call": Probe(lambda v: v + 1.0, (np.float32(1.0),))}
-    for n in MATMUL_SIZES:
-        p[f"matmul{n}"] = Probe(jnp.matmul, (_uniform(n, n), _uniform(n, n, seed=1)))
-    for length in GEMM_CHAIN:  # 8 x 16 @ 16 x 16 scaled to stay finite: one tile, 8 rows
-        p[f"gemm_chain{length}"] = Probe(_gemm_chain(length), (_uniform(8, TILE), _uniform(TILE, TILE) / TILE))
+    for rows in GEMM_ROWS:
+        p[f"gemm_rows{rows}"] = Probe(jnp.matmul, (_uniform(rows, GEMM_WIDTH), _uniform(GEMM_WIDTH, GEMM_WIDTH, seed=1)))
+    for length in GEMM_CHAIN:  # scaled to stay finite: one tile
+        p[f"gemm_chain{length}"] = Probe(_gemm_chain(length), (_uniform(GEMM_ROWS[0], TILE), _uniform(TILE, TILE) / TILE))
     x = _uniform(VECTOR_ELEMENTS)
     for op, (step, _) in {"fma": FMA_STEP, **TRANSCENDENTALS}.items():
         for length in CHAINS:
@@ -208,16 +214,16 @@ def derive(t: dict[str, float], kernels: dict[str, int]) -> dict[str, Any]:
 
     call = t["call"]
     per_kernel = slope(*(f"kernels{n}" for n in KERNEL_CHAIN), *(kernels[f"kernels{n}"] for n in KERNEL_CHAIN))
-    flops = {n: 2.0 * n**3 for n in MATMUL_SIZES}
-    lo, hi = MATMUL_SIZES
-    matmul_rate = 1.0 / slope(f"matmul{lo}", f"matmul{hi}", flops[lo], flops[hi])
-    clock = matmul_rate / (2 * TILE * TILE)
-    # One 8-row pass over one tile per GEMM is the modelled work, and its kernels' launches are
-    # priced as kernels; the rest is the per-GEMM cost.
+    tiles, (lo, hi) = (GEMM_WIDTH // TILE) ** 2, GEMM_ROWS
+    clock = tiles / slope(f"gemm_rows{lo}", f"gemm_rows{hi}", lo, hi)
+    # A GEMM of `lo` rows costs tiles * (packing + lo / clock) plus a per-GEMM cost; a one-tile GEMM
+    # of the chain (its kernels' launches priced as kernels) costs one of each: their difference is
+    # (tiles - 1) tiles' packing and streaming.
     kernels_per_gemm = (kernels[f"gemm_chain{GEMM_CHAIN[1]}"] - kernels[f"gemm_chain{GEMM_CHAIN[0]}"]) \
         / (GEMM_CHAIN[1] - GEMM_CHAIN[0])
-    gemm_call = max(0.0, slope(*(f"gemm_chain{n}" for n in GEMM_CHAIN), *GEMM_CHAIN) - 8 / clock
-                    - kernels_per_gemm * per_kernel)
+    one_tile = slope(*(f"gemm_chain{n}" for n in GEMM_CHAIN), *GEMM_CHAIN) - kernels_per_gemm * per_kernel
+    packing = max(0.0, (t[f"gemm_rows{lo}"] - call - one_tile) / (tiles - 1) - lo / clock)
+    gemm_call = max(0.0, one_tile - packing - lo / clock)
     a, b = CHAINS
     per_step = {op: slope(f"{op}{a}", f"{op}{b}", a * VECTOR_ELEMENTS, b * VECTOR_ELEMENTS)
                 for op in ("fma", *TRANSCENDENTALS)}
@@ -229,8 +235,9 @@ def derive(t: dict[str, float], kernels: dict[str, int]) -> dict[str, Any]:
     per_position = statistics.median(slope(f"conv{a}x{f}", f"conv{b}x{f}", 2 * a * a, 2 * b * b)
                                      for f in CONV_FEATURES)
     return {
-        "matmul": {"flops_per_s": matmul_rate, "call_overhead_s": gemm_call, "sizes": list(MATMUL_SIZES),
-                   "times_s": [t[f"matmul{n}"] for n in MATMUL_SIZES]},
+        "matmul": {"flops_per_s": 2 * TILE * TILE * clock, "clock_hz": clock, "tile_load_s": packing,
+                   "call_overhead_s": gemm_call, "rows": list(GEMM_ROWS),
+                   "times_s": [t[f"gemm_rows{n}"] for n in GEMM_ROWS]},
         "conv": {"positions_per_s": 1.0 / per_position, "overhead_s": max(0.0, t["conv_tiny"] - call)},
         "vector": {"flops_per_s": flops_per_s, "sram_bw_bytes_per_s": bandwidth(L2_ELEMENTS), "op_weights": weights},
         "memory": {"cache_bw_bytes_per_s": bandwidth(LLC_ELEMENTS),
@@ -247,11 +254,13 @@ def measure(seconds_budget: float) -> dict[str, Any]:
     probes = build_probes()
     kernels = {name: compiled_kernels(probes[name]) for name in
                (*(f"kernels{n}" for n in KERNEL_CHAIN), *(f"gemm_chain{n}" for n in GEMM_CHAIN))}
+    wall, cpu = time.perf_counter(), time.process_time()
     times = time_probes(probes, seconds_budget)
+    share = (time.process_time() - cpu) / (time.perf_counter() - wall)
     return {"date": datetime.date.today().isoformat(), "jax": jax.__version__, "cpus": os.cpu_count(),
             "xla_flags": MEASUREMENT_XLA_FLAGS, "llc_bytes": last_level_cache_bytes(),
             "probe_times_s": times, "probe_kernels": kernels,
-            "spread": statistics.median(max(p.runs) / min(p.runs) for p in probes.values()), **derive(times, kernels)}
+            "cpu_share": share, "spread": statistics.median(max(p.runs) / min(p.runs) for p in probes.values()), **derive(times, kernels)}
 
 
 def calibrate(seconds_budget: float = 20) -> dict[str, Any]:
@@ -282,17 +291,18 @@ def last_level_cache_bytes() -> int | None:
 
 
 def write_cpu_host_profile(measured: dict[str, Any], path: str | Path = PROFILES_DIR / "cpu-host.toml",
-                           max_spread: float | None = MAX_SPREAD) -> Path:
+                           min_cpu_share: float | None = MIN_CPU_SHARE) -> Path:
     """Write a `cpu-host` profile from `calibrate()`'s result, every number with its provenance
     (the measurement that gave it, the mapping that defines it, or the assumption kept), and check
-    that it loads; raises MachineTooLoaded, writing nothing, when the measurement's spread is
-    above `max_spread` (None: write whatever it is)."""
-    if max_spread is not None and measured["spread"] > max_spread:
-        raise MachineTooLoaded(f"this machine is too loaded to measure: the median probe's slowest pass took "
-                               f"{measured['spread']:.2f}x its fastest (at most {max_spread:g}x is measurable); "
+    that it loads; raises MachineTooLoaded, writing nothing, when the measuring process ran for
+    less than `min_cpu_share` of the timing's wall time (None: write whatever it is)."""
+    if min_cpu_share is not None and measured["cpu_share"] < min_cpu_share:
+        raise MachineTooLoaded(f"this machine is too loaded to measure: the measuring process ran for "
+                               f"{measured['cpu_share']:.0%} of the timing's wall time (at least "
+                               f"{min_cpu_share:.0%} is measurable; other processes held the cores); "
                                f"{path} is kept as it was")
     m, v, mem, conv = measured["matmul"], measured["vector"], measured["memory"], measured["conv"]
-    date, llc, (lo, hi) = measured["date"], measured["llc_bytes"], MATMUL_SIZES
+    date, llc, (lo, hi) = measured["date"], measured["llc_bytes"], GEMM_ROWS
     by = f"measured by optu calibrate on {date}"
     kept = f"not measurable from user space; kept by optu calibrate on {date}"
     mapping = "by definition of the CPU mapping in this file's header"
@@ -306,19 +316,23 @@ def write_cpu_host_profile(measured: dict[str, Any], path: str | Path = PROFILES
             "rows": (TILE, None, "16-wide register/cache block of N (see the mapping above)"),
             "cols": (TILE, None, "16-deep block of K (see the mapping above)"),
             "cores": (1, f"{mapping}: GEMMs run on one thread (XLA_FLAGS above)", None),
-            "clock_hz": (m["flops_per_s"] / (2 * TILE * TILE), f"{by}: matmul rate {m['flops_per_s']:.4g} flop/s "
-                         f"(slope of t vs flops, square fp32 {lo} and {hi}) / (2 * 16 * 16)", None),
-            "weight_load_s": (0.0, f"{mapping}: a CPU streams both operands from cache; no weight programming", None),
-            "weight_load_overlap": (0.0, f"{mapping}: nothing to overlap when weight_load_s is 0", None),
+            "clock_hz": (m["clock_hz"], f"{by}: {(GEMM_WIDTH // TILE) ** 2} tiles / slope of t vs rows of fp32 GEMMs "
+                         f"of {lo} and {hi} rows by a {GEMM_WIDTH}x{GEMM_WIDTH} operand ({m['flops_per_s']:.4g} "
+                         "flop/s)", None),
+            "weight_load_s": (m["tile_load_s"], f"{by}: what a {lo}-row GEMM by a {GEMM_WIDTH}x{GEMM_WIDTH} operand "
+                              "costs beyond streaming its rows, per tile, less one one-tile GEMM of the chain "
+                              "below: packing each 16x16 tile of the stationary operand", None),
+            "weight_load_overlap": (0.0, f"{mapping}: one thread packs a tile, then streams the rows through it", None),
             "dac_bits": (32, f"{mapping}: fp32 operand width (no converters on a CPU)", None),
             "adc_bits": (32, f"{mapping}: fp32 accumulator width (no converters on a CPU)", None),
             "dac_energy_j": (5.0e-12, None, f"{kept}: an L1 operand load on a server core"),
             "adc_energy_j": (5.0e-12, None, f"{kept}: one accumulate + store, same scale as a load"),
-            "weight_cell_energy_j": (0.0, f"{mapping}: no weight programming on a CPU (weight_load_s is 0)", None),
+            "weight_cell_energy_j": (0.0, f"{mapping}: packing a tile is a copy within the cache, priced as its "
+                                     "operand loads (dac_energy_j)", None),
             "laser_power_w": (15.0, None, f"{kept}: ~15 W of busy core power stands in for the laser term"),
-            "call_overhead_s": (m["call_overhead_s"], f"{by}: slope of t vs chain length of dependent 8x16 @ 16x16 "
-                                f"GEMMs in one call ({GEMM_CHAIN[0]} and {GEMM_CHAIN[1]}), less one tile pass and its kernels' "
-                                "launches", None),
+            "call_overhead_s": (m["call_overhead_s"], f"{by}: slope of t vs chain length of dependent {lo}x16 @ "
+                                f"16x16 GEMMs in one call ({GEMM_CHAIN[0]} and {GEMM_CHAIN[1]}), less one tile's packing "
+                                "and pass and its kernels' launches", None),
             "conv_overhead_s": (conv["overhead_s"], f"{by}: a 3x3 convolution of one {CONV_TINY}x{CONV_TINY} "
                                 "single-feature image, less the per-call overhead", None),
             "conv_positions_per_s": (conv["positions_per_s"], f"{by}: slope of t vs output positions of 3x3 NHWC "
@@ -374,9 +388,10 @@ def write_cpu_host_profile(measured: dict[str, Any], path: str | Path = PROFILES
         f"# cpu-host: this machine's CPU ({measured['cpus']} CPUs, jax {measured['jax']}) in the OPTU schema,",
         "# written by `optu calibrate`. Measured with synchronous dispatch and XLA_FLAGS",
         f"# {measured['xla_flags']} (one thread per GEMM), the settings the calibration benchmark uses.",
-        "# Mapping: the CPU is ONE gemm \"core\" with a 16 x 16 stationary tile, no weight-load time,",
-        "# and a clock chosen so 2 * rows * cols * clock_hz equals the measured fp32 matmul rate; so a",
-        "# large GEMM costs flops / rate and one smaller than a tile costs a whole tile. Converter and",
+        "# Mapping: the CPU is ONE gemm \"core\" with a 16 x 16 stationary tile, packed once per GEMM",
+        "# (the weight load), and a clock at which rows stream through a packed tile; so a GEMM of many",
+        "# rows costs flops / rate, one of few rows mostly its tiles' packing, and one smaller than a",
+        "# tile a whole tile. Converter and",
         "# laser fields have no CPU meaning: bits are operand widths, the laser term is core power.",
         "# Rates are slopes between two sizes of one probe, so the per-call cost cancels out.",
         "# Op weights are flops per element in units of one multiply-add-chain op (add/mul are 1).",

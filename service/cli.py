@@ -255,6 +255,7 @@ def _calibrate(args: argparse.Namespace) -> int:
           f"per call      {measured['overhead']['dispatch_overhead_s'] * 1e6:.2f} us\n"
           f"per kernel    {measured['overhead']['launch_overhead_s'] * 1e6:.2f} us\n"
           f"spread        {measured['spread']:.2f}x (slowest pass over fastest, median probe)\n"
+          f"cpu share     {measured['cpu_share']:.2f} of the timing's wall time\n"
           f"wrote         {path}")
     if programs:
         for kind, what in (("baseline", "baseline kernels"), ("optimized", "optimized kernels")):
