@@ -23,9 +23,10 @@ def compiled_by_xla(profile: HardwareProfile) -> bool:
 
 def xla_policy(profile: HardwareProfile) -> FusionPolicy:
     """XLA's fusion: producer-consumer fusion of elementwise ops and reductions, one loop nest per
-    kernel (an op reading a reduction's result starts the next), each GEMM a library call of its
-    own, with its elementwise epilogue where the profile's GEMMs take one."""
-    return FusionPolicy("xla", gemm_alone=True, gemm_epilogue=bool(profile.kernel.gemm_epilogue), reductions_end=True)
+    kernel (an op reading a reduction's result starts the next; values inside stream through
+    registers), each GEMM a library call of its own, with its elementwise epilogue where the
+    profile's GEMMs take one."""
+    return FusionPolicy("xla", gemm_alone=True, gemm_epilogue=bool(profile.kernel.gemm_epilogue), one_loop_nest=True)
 
 
 def carried_kernels(kernels: Sequence[Kernel]) -> list[Kernel]:

@@ -31,8 +31,9 @@ class FusionPolicy:
     once) or when it reads no value computed per call (it can run anywhere); `gemm_chains`: a kernel
     may run GEMMs back to back, up to the profile's `kernel.max_gemms`, instead of one;
     `gemm_alone`: a GEMM is a library call, its kernel takes no op before it and ops after it only
-    with `gemm_epilogue`; `reductions_end`: an op reading a reduction's result starts a kernel of its
-    own (a kernel is one loop nest, so a row is reduced before anything uses its result)."""
+    with `gemm_epilogue`; `one_loop_nest`: a kernel is one loop nest, as XLA emits it, so an op
+    reading a reduction's result starts the next kernel (a row is reduced before anything uses it)
+    and values inside a kernel stream through registers, never held whole (none spills)."""
 
     name: str
     vertical: bool = True
@@ -40,7 +41,7 @@ class FusionPolicy:
     gemm_chains: bool = False
     gemm_alone: bool = False
     gemm_epilogue: bool = True
-    reductions_end: bool = False
+    one_loop_nest: bool = False
 
 
 NAIVE = FusionPolicy("naive", vertical=False)
@@ -148,9 +149,10 @@ def build_kernel_program(program: dict[str, Any], profile: HardwareProfile, poli
     # literals broadcast to a shape: a key-blocked kernel reading one makes each block of it
     fills = {e["out"][0]["name"] for e in program["eqns"]
              if e["op"] == "broadcast_in_dim" and not isinstance(e["in"][0], str)}
+    streamed = groups is None and policy.one_loop_nest
     for group in (kernels, precompute):
         for kernel in group:
-            _finish(kernel, program, costs, avals, profile, escaping, key_blocking, fills)
+            _finish(kernel, program, costs, avals, profile, escaping, key_blocking, fills, streamed)
     return KernelProgram(kernels, precompute, program_estimate(profile, [k.estimate for k in kernels]),
                          sum_estimates([k.estimate for k in precompute]))
 
@@ -258,7 +260,7 @@ def _fits(placer: _Placer, kernel: Kernel, index: int, policy: FusionPolicy, max
     cost, kinds = placer.costs[index], [placer.costs[i].kind for i in kernel.eqns]
     if "host" in kinds or kernel in placer.pinned:
         return False
-    if policy.reductions_end and placer.reduced(kernel) & {a for a in placer.eqns[index]["in"] if isinstance(a, str)}:
+    if policy.one_loop_nest and placer.reduced(kernel) & {a for a in placer.eqns[index]["in"] if isinstance(a, str)}:
         return False
     if policy.gemm_alone and ((cost.kind == "gemm" and any(k != "free" for k in kinds))
                               or ("gemm" in kinds and (not policy.gemm_epilogue
@@ -279,10 +281,10 @@ def kernel_kind(parts: list[OpCost], ops: list[str]) -> str:
 
 
 def _finish(kernel: Kernel, program, costs: list[OpCost], avals, profile: HardwareProfile,
-            escaping: set[str], key_blocking: bool, fills: set[str]) -> None:
+            escaping: set[str], key_blocking: bool, fills: set[str], streamed: bool = False) -> None:
     """Kind, ops, buffers (inputs and outputs in HBM; intermediates in SRAM, or spilled when they
-    do not fit; an attention's scores in tiles when it runs key-blocked), tiling of its GEMM (and
-    its blocks) and the estimate."""
+    do not fit, unless `streamed` through one loop nest; an attention's scores in tiles when it
+    runs key-blocked), tiling of its GEMM (and its blocks) and the estimate."""
     eqns = [program["eqns"][i] for i in kernel.eqns]
     produced = [o["name"] for e in eqns for o in e["out"]]
     inside = set(produced)
@@ -303,6 +305,7 @@ def _finish(kernel: Kernel, program, costs: list[OpCost], avals, profile: Hardwa
         kernel.kind = "key_blocked" if key_blocking else "row_blocked"
         kernel.tiling = {**kernel.tiling, **blocked.tiling}
         parts, read, inside_bytes = blocked.parts, blocked.read_bytes, blocked.intermediate_bytes
+    inside_bytes = 0 if streamed and not blocked else inside_bytes
     level = "sram" if inside_bytes <= profile.memory.sram_bytes else "spill"
     kernel.buffers = [_buffer(n, avals[n], role, lvl) for names, role, lvl in
                       ((kernel.inputs, "input", "hbm"), (kernel.outputs, "output", "hbm"),
