@@ -153,11 +153,13 @@ def test_a_fused_kernel_with_a_wrong_score_transform_fails_validation():
     assert validate(program, returned, "real")["status"] == "failed"
 
 
-@pytest.mark.parametrize("n", [8192, 32768])
-def test_gpu_roofline_prices_the_fused_kernel_only_where_pallas_returns_it(n):
+@pytest.mark.parametrize("n, measured", [(8192, 1.99), (32768, 2.72)])
+def test_gpu_roofline_prices_the_fused_kernel_only_where_pallas_returns_it(n, measured):
     """A profile whose kernels hold one GEMM (XLA, cuBLAS) never forms the two-product kernel for
     a program returned as ops; with `pallas` it does, as one fused kernel of blocks that fit one
-    SM's shared memory, within the bound (the H200 measured 1.99x at N = 8192, 2.72x at 32768)."""
+    SM's shared memory, within the bound. Against the original as XLA runs it, its estimated gain
+    is real and no more than the H200 measured for this attention (`measured`: XLA's time over the
+    Pallas kernel's, float32)."""
     spec = _spec(1, 12, n, 64)
     program = capture(causal, spec, spec, spec)
     xla = optimize(program, "gpu-roofline", {"validate": False})
@@ -169,7 +171,7 @@ def test_gpu_roofline_prices_the_fused_kernel_only_where_pallas_returns_it(n):
     bq, bk = blocked["tiling"]["query_block"], blocked["tiling"]["key_block"]
     assert 4 * (bq * (64 + 2 * 64 + 2) + bk * 2 * 64 + 2 * bq * bk) <= load_profile("gpu-roofline").memory.block_bytes
     estimate = pallas["estimate"]
-    assert estimate["speedup_vs_baseline"] >= 2.5
+    assert 1.5 <= estimate["speedup_vs_baseline"] <= measured
     assert estimate["lower_bound"]["time_s"] <= estimate["optimized"]["time_s"] <= 1.3 * estimate["lower_bound"]["time_s"]
 
 
