@@ -1,7 +1,7 @@
 """`python -m bench.calibration`: check `cpu-host` kernel estimates against measured kernel times,
 and compare greedy-DAG with ILP extraction on the zoo.
 
-Each zoo model's kernels, as written (the fair baseline's greedy groups) and as optimized, are timed
+Each zoo model's kernels, as written (in the fair baseline's kernels) and as returned, are timed
 against the profile's estimates by `service.optimizer.kernel_check` (what `optu calibrate --check`
 does on a user's programs), fed with the values the model really computes, under the settings
 `optu calibrate` measures under (synchronous dispatch, single-threaded Eigen). Each kernel in each
@@ -54,8 +54,8 @@ def markdown(profile: str, summary: dict[str, dict[str, Any]], per_model: dict[s
              extraction: list[dict[str, Any]], hardware: str) -> str:
     lines = [f"{profile} kernel estimates against measured times, each kernel's best of "
              f"{summary['optimized']['passes']} interleaved passes:", ""]
-    for kind, what in (("baseline", "the fair baseline's greedy groups of the programs as written"),
-                       ("optimized", "the optimized programs' kernels")):
+    for kind, what in (("baseline", "the programs as written, in the fair baseline's kernels"),
+                       ("optimized", "the returned programs, in their kernels")):
         k = summary[kind]
         lines.append(f"- {what}: {k['kernels']} kernels, Spearman **{k['spearman']:.3f}**, median estimate/measured "
                      f"{k['median_ratio_estimate_over_measured']:.2f} (p10 {k['ratio_p10']:.2f}, p90 "
