@@ -9,7 +9,9 @@ from itertools import count
 from typing import Any, Iterator
 
 from wire.format import parse_dtype
-from wire.primitives import PRIMITIVES, PURE, const_operands, holds_programs, nested_programs
+from wire.primitives import PRIMITIVES, PURE, const_operands, holds_programs, names, nested_programs
+
+VIEWS = names(cost="free")  # index maps: reshapes, unit-dimension broadcasts, squeezes
 
 
 def tidy_loops(program: dict[str, Any]) -> tuple[dict[str, Any], int]:
@@ -103,10 +105,12 @@ def _hoistable(body: dict[str, Any], loop_consts: set[str]) -> list[dict[str, An
     """The body equations to move out, in body order: pure, reading only loop constants, literals
     and other moved results, and none whose result would enter the loop bigger than what it was
     computed from (a broadcast fused into its consumer costs nothing per step; hoisted, it is a
-    full-size buffer read on every step, which is why XLA's loop-invariant motion leaves it too)."""
+    full-size buffer read on every step, which is why XLA's loop-invariant motion leaves it too)
+    or would enter it as a view of a loop constant (a reshape is free where it is read; hoisted, it
+    gains nothing and is one more buffer the loop carries in: XLA leaves reshapes too)."""
     avals = {s["name"]: s for s in [*body["inputs"], *body.get("consts", [])]}
     avals |= {o["name"]: o for e in body["eqns"] for o in e["out"]}
-    kept_in: set[int] = set()  # inflating equations left in the body, and what depends on them
+    kept_in: set[int] = set()  # views and inflating equations left in the body
     while True:
         invariant, hoisted = set(loop_consts), []
         for e in body["eqns"]:
@@ -118,11 +122,11 @@ def _hoistable(body: dict[str, Any], loop_consts: set[str]) -> list[dict[str, An
         moved = {id(e) for e in hoisted}
         reads = {a for e in body["eqns"] if id(e) not in moved for a in e["in"] if isinstance(a, str)}
         reads |= {o for o in body["outputs"] if isinstance(o, str)}
-        inflating = [e for e in hoisted
-                     if any(o["name"] in reads for o in e["out"]) and _inflates(e, avals)]
-        if not inflating:
+        staying = [e for e in hoisted
+                   if any(o["name"] in reads for o in e["out"]) and (e["op"] in VIEWS or _inflates(e, avals))]
+        if not staying:
             return hoisted
-        kept_in |= {id(e) for e in inflating}
+        kept_in |= {id(e) for e in staying}
 
 
 def _inflates(eqn: dict[str, Any], avals: dict[str, dict]) -> bool:
