@@ -26,6 +26,7 @@ import jax
 import numpy as np
 
 from bench.ceiling import CeilingSettings, ceiling_safely, ceiling_table, summarize_ceiling
+from bench.models.heldout import HELDOUT
 from bench.models.registry import MODELS, build
 from bench.models.variants import MODELS_WITH_ALTERNATIVES
 from bench.report import RESULTS_DIR, fmt_ratio, fmt_time, geomean, machine, machine_line, publish, rank_agreement
@@ -39,6 +40,7 @@ from wire.capture import capture
 from wire.execute import program_to_callable
 
 RESULTS = RESULTS_DIR / "cpu_speed.json"
+HELDOUT_RESULTS = RESULTS_DIR / "cpu_speed_heldout.json"
 HARDWARE = "cpu-host"
 NOISE = 1.05  # the main table: never slower than the original beyond this
 CLOCK_TOLERANCE = 0.2  # an estimated speedup this close to the measured one predicts it
@@ -218,9 +220,13 @@ def _progress(row: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", nargs="*", default=list(MODELS))
+    parser.add_argument("--models", nargs="*", default=None, help="default: the bench's models, or with --heldout "
+                                                                   "the held-out ones")
+    parser.add_argument("--heldout", action="store_true",
+                        help="the workloads no estimate was tuned on (bench/models/heldout.py), without the ceiling "
+                             f"table, into {HELDOUT_RESULTS.name} and the README's held-out table")
     parser.add_argument("--budget", type=float, default=2.0, help="seconds of timed runs per model")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--no-readme", action="store_true")
     parser.add_argument("--ceiling-runs", type=int, default=CeilingSettings.runs,
                         help="interleaved rounds for the chain/RNN ceiling table (at least 2)")
@@ -233,12 +239,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     if args.ceiling_runs < 2 or args.ceiling_reps < 1:
         parser.error("--ceiling-runs needs at least 2 rounds and --ceiling-reps at least 1 call")
-    settings = None if args.no_ceiling else CeilingSettings(args.ceiling_runs, args.ceiling_reps)
+    settings = None if args.no_ceiling or args.heldout else CeilingSettings(args.ceiling_runs, args.ceiling_reps)
+    models = args.models if args.models is not None else list(HELDOUT if args.heldout else MODELS)
+    out = args.out or (HELDOUT_RESULTS if args.heldout else RESULTS)
     if args.measurement_settings:
         from costmodel.calibrate import apply_measurement_settings
         apply_measurement_settings()  # before the first computation creates the CPU client
     rows, peak = [], peak_gemm_rate()
-    for name in args.models:
+    for name in models:
         rows.append(speed_safely(name, args.budget, peak, settings))
         print(_progress(rows[-1]), flush=True)
     meta, summary = machine(), summarize(rows, peak)
@@ -246,11 +254,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"client precompute: {client['speedup_measured']:.2f}x measured", flush=True)
     ceilings = [r["ceiling"] for r in rows if "ceiling" in r]
     text = table(rows, meta, summary)
+    if args.heldout:
+        text = ("Held-out workloads (`bench/models/heldout.py`: written afresh, no estimate tuned on them; "
+                "`python -m bench.cpu_speed --heldout`).\n\n" + text)
     if ceilings:
         summary["ceiling"] = summarize_ceiling(ceilings, settings)
         text += "\n\n" + ceiling_table(ceilings, summary["ceiling"])
-    publish(args.out, {"hardware": HARDWARE, "machine": meta, "measurement_settings": args.measurement_settings,
-                       "summary": summary, "models": rows}, text, "cpu_speed", not args.no_readme)
+    publish(out, {"hardware": HARDWARE, "machine": meta, "measurement_settings": args.measurement_settings,
+                  "summary": summary, "models": rows}, text, "cpu_speed_heldout" if args.heldout else "cpu_speed",
+            not args.no_readme)
     return {"summary": summary, "models": rows}
 
 

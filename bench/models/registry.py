@@ -1,10 +1,11 @@
 """The one model registry every benchmark script uses: the small zoo (also used by the tests) and
-the benchmark-scale workloads of `large.py`, each built as `(fn, args, weight_argnums)`."""
+the benchmark-scale workloads of `large.py`, each built as `(fn, args, weight_argnums)`; `build`
+also knows the held-out workloads of `heldout.py`, which no benchmark iterates but the clock check."""
 from __future__ import annotations
 
 from typing import Callable
 
-from bench.models import large, zoo
+from bench.models import heldout, large, zoo
 from bench.models.large import Workload
 from wire.capture import capture
 
@@ -24,9 +25,10 @@ RNN_AND_CHAINS: tuple[str, ...] = RECURRENT + CHAINS
 
 
 def build(name: str) -> Workload:
-    if name not in MODELS:
-        raise KeyError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
-    return MODELS[name]()
+    found = MODELS.get(name) or heldout.HELDOUT.get(name)
+    if found is None:
+        raise KeyError(f"unknown model {name!r}; known: {', '.join([*MODELS, *heldout.HELDOUT])}")
+    return found()
 
 
 def capture_model(name: str) -> tuple[dict, tuple]:

@@ -12,6 +12,7 @@ import pytest
 
 from bench import (assumptions, attention, ceiling, cpu_speed, decode, lower_bound, never_worse, run, speed,
                    time_limits)
+from bench.models.heldout import HELDOUT
 from bench.models.registry import LARGE, MODELS, RNN_AND_CHAINS, SMALL, build
 from bench.models.variants import MODELS_WITH_ALTERNATIVES, alternatives
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
@@ -20,7 +21,7 @@ from costmodel.profile import load_profile
 from costmodel.provenance import assumed
 from service import cli
 from wire.capture import capture
-from wire.execute import program_to_callable
+from wire.execute import program_to_callable, typecheck
 
 pytestmark = pytest.mark.integration  # a real server or subprocess
 
@@ -312,3 +313,19 @@ def test_gpu_attention_script_prepares_fused_programs_that_run_where_they_are_ti
         assert row["original_s"] > 0 and row["returned_s"] > 0 and row["library_s"] > 0
     with pytest.raises(SystemExit):  # off a GPU the timing step refuses
         attention_gpu.time_programs(0.0, tmp_path, None)
+
+
+def test_cpu_speed_times_the_held_out_workloads_apart_from_the_bench(tmp_path):
+    out = tmp_path / "heldout.json"
+    result = cpu_speed.main(["--heldout", "--models", "chain_outer", "--budget", "0.05", "--out", str(out),
+                             "--no-readme"])
+    [row] = result["models"]
+    assert row["model"] == "chain_outer" and "error" not in row and "ceiling" not in row
+    assert row["speedup_measured"] > 0 and row["estimate"]["speedup"] >= 1.0
+    assert out.exists()
+
+
+@pytest.mark.parametrize("name", sorted(HELDOUT))
+def test_every_held_out_workload_captures_to_a_program_that_type_checks(name):
+    fn, args, weights = HELDOUT[name]()
+    typecheck(capture(fn, *args, weight_argnums=weights))
