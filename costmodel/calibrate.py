@@ -80,7 +80,7 @@ MIN_CPU_SHARE = 0.8
 
 
 class MachineTooLoaded(RuntimeError):
-    """The probes' times spread too widely over the interleaved passes to write a profile from."""
+    """Other processes held the cores while the probes were timed: no profile is written from that."""
 
 
 def apply_measurement_settings() -> None:
@@ -165,9 +165,11 @@ def _conv(x, k):
 def build_probes() -> dict[str, Probe]:
     p = {"call": Probe(lambda v: v + 1.0, (np.float32(1.0),))}
     for rows in GEMM_ROWS:
-        p[f"gemm_rows{rows}"] = Probe(jnp.matmul, (_uniform(rows, GEMM_WIDTH), _uniform(GEMM_WIDTH, GEMM_WIDTH, seed=1)))
+        p[f"gemm_rows{rows}"] = Probe(jnp.matmul, (_uniform(rows, GEMM_WIDTH),
+                                                   _uniform(GEMM_WIDTH, GEMM_WIDTH, seed=1)))
     for length in GEMM_CHAIN:  # scaled to stay finite: one tile
-        p[f"gemm_chain{length}"] = Probe(_gemm_chain(length), (_uniform(GEMM_ROWS[0], TILE), _uniform(TILE, TILE) / TILE))
+        p[f"gemm_chain{length}"] = Probe(_gemm_chain(length),
+                                         (_uniform(GEMM_ROWS[0], TILE), _uniform(TILE, TILE) / TILE))
     x = _uniform(VECTOR_ELEMENTS)
     for op, (step, _) in {"fma": FMA_STEP, **TRANSCENDENTALS}.items():
         for length in CHAINS:
@@ -260,7 +262,8 @@ def measure(seconds_budget: float) -> dict[str, Any]:
     return {"date": datetime.date.today().isoformat(), "jax": jax.__version__, "cpus": os.cpu_count(),
             "xla_flags": MEASUREMENT_XLA_FLAGS, "llc_bytes": last_level_cache_bytes(),
             "probe_times_s": times, "probe_kernels": kernels,
-            "cpu_share": share, "spread": statistics.median(max(p.runs) / min(p.runs) for p in probes.values()), **derive(times, kernels)}
+            "cpu_share": share, "spread": statistics.median(max(p.runs) / min(p.runs) for p in probes.values()),
+            **derive(times, kernels)}
 
 
 def calibrate(seconds_budget: float = 20) -> dict[str, Any]:
