@@ -227,7 +227,8 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    from costmodel.calibrate import MachineTooLoaded, calibrate, write_cpu_host_profile
+    from costmodel.calibrate import calibrate
+    from costmodel.cpu_host_profile import MachineTooLoaded, write_cpu_host_profile
     from service.optimizer.progress import listening, report
 
     programs = [_checked_program(path) for path in args.check]  # a bad file fails before the measuring

@@ -6,16 +6,8 @@ from __future__ import annotations
 import pytest
 
 from costmodel import calibrate as cal
-from costmodel.calibrate import (
-    TILE,
-    MachineTooLoaded,
-    Probe,
-    calibrate,
-    compiled_kernels,
-    derive,
-    time_probes,
-    write_cpu_host_profile,
-)
+from costmodel.calibrate import TILE, Probe, calibrate, compiled_kernels, derive, time_probes
+from costmodel.cpu_host_profile import MachineTooLoaded, write_cpu_host_profile
 from costmodel.profile import PROFILES_DIR, load_profile
 from costmodel.provenance import assumed, unlabelled
 
