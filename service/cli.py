@@ -236,7 +236,8 @@ def _calibrate(args: argparse.Namespace) -> int:
         report(stage=f"measuring this CPU ({args.seconds:g} s budget)")
         measured = calibrate(args.seconds)
         try:
-            path = write_cpu_host_profile(measured, *([args.output] if args.output else []))
+            share = {} if args.min_cpu_share is None else {"min_cpu_share": args.min_cpu_share}
+            path = write_cpu_host_profile(measured, *([args.output] if args.output else []), **share)
         except MachineTooLoaded as reason:
             print(f"optu calibrate: {reason}", file=sys.stderr)
             return EXIT_FAILED
@@ -347,9 +348,13 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--output", metavar="PATH", help="default: costmodel/profiles/cpu-host.toml")
     cal.add_argument("--check", nargs="*", default=[], metavar="FILE",
                      help="programs (files `optu optimize` reads) whose kernels, as written in the baseline's "
-                          "groups and as optimized, are timed against the new profile's estimates: rank "
+                          "kernels and as returned, are timed against the new profile's estimates: rank "
                           "correlation and scale")
     cal.add_argument("--check-seconds", type=float, default=0.2, help="timing budget per checked kernel")
+    cal.add_argument("--min-cpu-share", type=float, default=None, metavar="SHARE",
+                     help="least share of the timing's wall time the measuring process must run for (default "
+                          "0.8), else the machine is too loaded to measure: it says so, exits 1 and keeps the "
+                          "profile (0: write whatever was measured)")
     cal.add_argument("--json", action="store_true", help="print the measurements and checks as JSON, no progress")
     cal.set_defaults(run=_calibrate)
 

@@ -239,7 +239,8 @@ def test_calibrate_checks_the_new_profile_on_the_kernels_of_given_programs(tmp_p
         fn, args = ZOO[name]()
         files.append(tmp_path / f"{name}.json")
         files[-1].write_text(json.dumps(capture(fn, *args, weight_argnums=WEIGHT_ARGNUMS[name])))
-    assert cli.main(["calibrate", "--seconds", "1", "--output", str(tmp_path / "cpu.toml"),
+    # a test machine running other tests is loaded: measure whatever share of it this gets
+    assert cli.main(["calibrate", "--seconds", "1", "--output", str(tmp_path / "cpu.toml"), "--min-cpu-share", "0",
                      "--check", *map(str, files), "--check-seconds", "0.01"]) == 0
     lines = capsys.readouterr().out.splitlines()
     for what in ("baseline kernels", "optimized kernels"):
