@@ -114,3 +114,12 @@ def test_seconds_are_shown_in_a_readable_unit(value, text):
 @pytest.mark.parametrize("value, text", [(100, "100 B"), (2048, "2 KiB"), (3 * 2**20, "3 MiB"), (5 * 2**30, "5 GiB")])
 def test_sizes_are_shown_in_binary_units(value, text):
     assert size(value) == text
+
+
+def test_the_summary_says_when_xla_groups_the_programs(response):
+    """On a profile XLA compiles for, the baseline is XLA and both programs run in its kernels."""
+    assert response["estimate"]["priced_as"] == ("xla" if load_profile(HARDWARE).kernel.fusion == "xla" else "chosen")
+    as_xla = [row["program"] for row in estimate_rows({**response["estimate"], "priced_as": "xla"})]
+    as_chosen = [row["program"] for row in estimate_rows({**response["estimate"], "priced_as": "chosen"})]
+    assert as_xla[1:3] == ["baseline: XLA, in its own kernels", "optimized: in XLA's kernels"]
+    assert as_chosen[1:3] == ["baseline: conventional compiler", "optimized"]
