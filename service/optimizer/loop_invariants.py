@@ -8,10 +8,9 @@ import math
 from itertools import count
 from typing import Any, Iterator
 
+from costmodel.op_cost import FREE_OPS
 from wire.format import parse_dtype
-from wire.primitives import PRIMITIVES, PURE, const_operands, holds_programs, names, nested_programs
-
-VIEWS = names(cost="free")  # index maps: reshapes, unit-dimension broadcasts, squeezes
+from wire.primitives import PRIMITIVES, PURE, const_operands, holds_programs, nested_programs
 
 
 def tidy_loops(program: dict[str, Any]) -> tuple[dict[str, Any], int]:
@@ -123,7 +122,7 @@ def _hoistable(body: dict[str, Any], loop_consts: set[str]) -> list[dict[str, An
         reads = {a for e in body["eqns"] if id(e) not in moved for a in e["in"] if isinstance(a, str)}
         reads |= {o for o in body["outputs"] if isinstance(o, str)}
         staying = [e for e in hoisted
-                   if any(o["name"] in reads for o in e["out"]) and (e["op"] in VIEWS or _inflates(e, avals))]
+                   if any(o["name"] in reads for o in e["out"]) and (e["op"] in FREE_OPS or _inflates(e, avals))]
         if not staying:
             return hoisted
         kept_in |= {id(e) for e in staying}

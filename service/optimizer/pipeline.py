@@ -222,9 +222,7 @@ def _as_xla_runs_it(candidate: dict[str, Any], lowered: KernelProgram, written: 
     priced as the baseline is, and what was chosen: the baseline's program where that gains less
     than the profile's `min_speedup`."""
     run = kernels_as_run(candidate, profile, carried_kernels(lowered.kernels))
-    if baseline.total.time_s < profile.min_speedup * run.total.time_s:
-        notes.append(f"as XLA groups it, the program's estimated speedup {baseline.total.time_s / run.total.time_s:.3f}x "
-                     f"is below the profile's min_speedup {profile.min_speedup}; returning the baseline's program")
+    if _gain_below_min_speedup(baseline, run, profile, notes, "as XLA groups the program, its "):
         return written, baseline, "min_speedup"
     return candidate, run, "xla"
 
@@ -259,11 +257,20 @@ def _kernels(found: Search, written: dict[str, Any], baseline: KernelProgram, pr
     if lowered.total.time_s > baseline.total.time_s * (1 + 1e-9):  # beyond the sums' rounding
         notes.append("the e-graph's program was estimated slower than the baseline; returning the baseline's program")
         return written, baseline, report | {"chosen": "baseline"}
-    if baseline.total.time_s < profile.min_speedup * lowered.total.time_s:
-        notes.append(f"estimated speedup {baseline.total.time_s / lowered.total.time_s:.3f}x is below the "
-                     f"profile's min_speedup {profile.min_speedup}; returning the baseline's program")
+    if _gain_below_min_speedup(baseline, lowered, profile, notes):
         return written, baseline, report | {"chosen": "min_speedup"}
     return candidate, lowered, report
+
+
+def _gain_below_min_speedup(baseline: KernelProgram, lowered: KernelProgram, profile: HardwareProfile,
+                            notes: list[str], priced: str = "") -> bool:
+    """Whether `lowered` gains less over `baseline` than the profile's `min_speedup` trusts, so the
+    baseline's program is returned (said in `notes`; `priced`: how the two were priced, if said)."""
+    if baseline.total.time_s >= profile.min_speedup * lowered.total.time_s:
+        return False
+    notes.append(f"{priced}estimated speedup {baseline.total.time_s / lowered.total.time_s:.3f}x is below the "
+                 f"profile's min_speedup {profile.min_speedup}; returning the baseline's program")
+    return True
 
 
 def _report(found: Search, fusion_report: dict[str, Any], timings: dict[str, float], background: dict[str, float],
