@@ -26,6 +26,7 @@ COPY service ./service
 COPY rewrites ./rewrites
 COPY costmodel ./costmodel
 COPY lowering ./lowering
+COPY validation ./validation
 COPY bench ./bench
 # tests/test_dockerfile.py runs this same `pip wheel` line. `pip check`: the lock satisfies the
 # project's own requirements, or the build stops here.

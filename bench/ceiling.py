@@ -13,7 +13,7 @@ import numpy as np
 from bench.models.variants import LABELS, alternatives
 from bench.report import fmt_ratio, fmt_time, geomean
 from bench.timing import interleaved_rounds
-from lowering.compare import output_error, tolerance_for
+from validation.compare import output_error, tolerance_for
 
 NOISE_BAND = 0.03  # slower than the original when original / optimized < 1 - NOISE_BAND
 TARGET = 0.90  # the optimized program's speed as a fraction of the ceiling's

@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from lowering.compare import output_error
+from validation.compare import output_error
 from lowering.kernels import avals_of
-from lowering.validate import validate
-from lowering.validation_inputs import random_inputs
-from lowering.widen import CannotWiden, Widened, widen
+from validation.validate import validate
+from validation.inputs import random_inputs
+from validation.widen import CannotWiden, Widened, widen
 from wire.execute import typecheck
 from wire.format import WireError
 

@@ -1,1 +1,1 @@
-"""Extracted term -> kernel program -> runnable JAX, and translation validation."""
+"""Extracted term -> kernel program -> runnable JAX (and Pallas kernels)."""

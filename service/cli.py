@@ -127,7 +127,7 @@ def _optimize(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from service.optimizer.translation_validation import EXIT_CODES
+    from validation.translation import EXIT_CODES
 
     try:
         original, candidate = (_load_request(path)["program"] for path in (args.original, args.candidate))
@@ -271,7 +271,7 @@ def _calibrate(args: argparse.Namespace) -> int:
 def _checked_program(path: str) -> tuple[str, dict[str, Any], list[Any]]:
     """A program to check the new profile on (a file `optu optimize` reads), type-checked, with
     inputs drawn as validation draws them (scaled like an initialized network)."""
-    from lowering.validation_inputs import random_inputs
+    from validation.inputs import random_inputs
     from wire.execute import typecheck
 
     program = _load_request(path)["program"]

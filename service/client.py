@@ -74,10 +74,10 @@ def validate_programs(original: dict[str, Any], candidate: dict[str, Any], *, se
     body = {"original": original, "candidate": candidate, "fp_mode": fp_mode, "seed": seed}
     if server is not None:
         return _post(server, body, timeout, "/v1/validate")
-    from service.optimizer import translation_validation  # in-process only, as for optimize
+    from validation import translation  # in-process only, as for optimize
 
     with _client_errors("validate"):
-        return translation_validation.validate_programs(original, candidate, fp_mode, seed)
+        return translation.validate_programs(original, candidate, fp_mode, seed)
 
 
 def debug_programs(original: dict[str, Any], optimized: dict[str, Any], *, kernels: list[dict[str, Any]] | None = None,

@@ -64,6 +64,6 @@ class OptimizeResult:
     def explain(self, file: TextIO | None = None) -> None:
         """Print the kernel listing with each kernel's estimate and the rewrites that shaped it (the
         fired rules whose patterns mention its ops or the original ops it replaces)."""
-        from lowering.listing import explained_listing  # imports the rule families: only when asked
+        from validation.listing import explained_listing  # imports the rule families: only when asked
 
         print(explained_listing(self.original, self.response), end="", file=file or sys.stdout)

@@ -9,11 +9,11 @@ from typing import Any
 import jax
 import numpy as np
 
-from lowering.judge import Runs, Verdict, judge
+from validation.judge import Runs, Verdict, judge
 from lowering.kernels import output_avals
 from lowering.precompute import PrecomputedProgram
-from lowering.validation_inputs import TRIALS, Draw, nudged, nudges
-from lowering.widen import Widened, widen
+from validation.inputs import TRIALS, Draw, nudged, nudges
+from validation.widen import Widened, widen
 from wire.execute import jitted_program
 from wire.precision import declares_64_bit, x64_when
 from wire.torch_capture import TorchProgram, capture_exported, capture_torch, to_numpy
@@ -159,7 +159,7 @@ def _to_jax(tensor: Any) -> Any:
 def validate_against_torch(captured: TorchProgram, optimized: dict[str, Any], seed: int = 0) -> dict[str, Any]:
     """The verdict on `optimized` with PyTorch itself as the reference: the exported graph run by
     PyTorch in float64 against the optimized program in float64, on the draws and under the verdict
-    rules of translation validation (`lowering.judge.judge`). Two frameworks' float64 kernels round
+    rules of translation validation (`validation.judge.judge`). Two frameworks' float64 kernels round
     differently (a convolution sums in another order) and capture rounds constants to the model's
     dtype (gelu's 1/sqrt(2) in float32): per draw, what separates the captured program from PyTorch
     is measured and allowed, on top of the rounding the captured program's own sensitivity

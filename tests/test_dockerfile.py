@@ -191,7 +191,8 @@ def test_the_builders_pip_wheel_builds_a_wheel_with_profiles_and_console_script(
         names = set(zf.namelist())
         entry_points = next(zf.read(n).decode() for n in names if n.endswith("entry_points.txt"))
     assert "costmodel/profiles/optu-v1.toml" in names
-    assert {"service/http/app.py", "service/cli.py", "rewrites/__init__.py", "lowering/__init__.py"} <= names
+    assert {"service/http/app.py", "service/cli.py", "rewrites/__init__.py", "lowering/__init__.py",
+            "validation/__init__.py"} <= names
     assert re.search(r"^optu = service\.cli:main$", entry_points, re.M)
 
 

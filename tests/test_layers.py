@@ -1,4 +1,4 @@
-"""The packages are layers, bottom to top: wire < rewrites < costmodel < lowering <
+"""The packages are layers, bottom to top: wire < rewrites < costmodel < lowering < validation <
 service.optimizer < service.http < service.client < service.cli. A lower layer never imports a
 higher one; import-linter checks the contract in pyproject.toml."""
 from __future__ import annotations

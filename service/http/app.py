@@ -31,7 +31,7 @@ from service.http.report_routes import add_report_routes
 from service.http.settings import Settings, get_settings, request_options
 from service.optimizer.response import OptimizeResponse, SweepResponse
 from service.optimizer.sweep import SweepError, sweep
-from service.optimizer.translation_validation import ValidateRequest, ValidateResponse, validate_programs
+from validation.translation import ValidateRequest, ValidateResponse, validate_programs
 from service.optimizer.workers import QueueFull, WorkerDied, WorkerPool
 from wire.format import FORMAT, WireError
 

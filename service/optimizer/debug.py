@@ -1,6 +1,6 @@
 """The debugger as a service (`POST /v1/debug`, `optu debug`): an optimized program run kernel by
-kernel against its original (lowering/kernel_debug.py), and the rules to blame found by delta
-debugging over the rule set, each configuration re-optimized and validated (lowering/rule_bisect.py)."""
+kernel against its original (validation/kernel_debug.py), and the rules to blame found by delta
+debugging over the rule set, each configuration re-optimized and validated (validation/rule_bisect.py)."""
 from __future__ import annotations
 
 import time
@@ -10,17 +10,17 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from costmodel.profile import HardwareProfile, resolve_profile
-from lowering.kernel_debug import debug_kernels
-from lowering.kernel_provenance import rule_patterns
+from validation.kernel_debug import debug_kernels
+from validation.kernel_provenance import rule_patterns
 from lowering.kernels import CONVENTIONAL, build_kernel_program
-from lowering.rule_bisect import NotFailing, minimal_failing
-from lowering.validate import validate
-from lowering.widen import CannotWiden
+from validation.rule_bisect import NotFailing, minimal_failing
+from validation.validate import validate
+from validation.widen import CannotWiden
 from rewrites.registry import NamedRule
 from rewrites.schedule import ALGEBRA_RULE_NAMES
 from service.optimizer.options import OptimizeOptions
 from service.optimizer.pipeline import optimize
-from service.optimizer.translation_validation import check_signatures
+from validation.translation import check_signatures
 from wire.format import WireError, WireProgram
 
 

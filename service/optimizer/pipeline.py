@@ -19,11 +19,11 @@ from lowering.as_run import carried_kernels, compiled_by_xla, kernels_as_run
 from lowering.baseline import baseline_kernels
 from lowering.kernels import NAIVE, POLICIES, KernelProgram, build_kernel_program
 from lowering.lower_bound import lower_bound
-from lowering.listing import kernel_listing
+from validation.listing import kernel_listing
 from lowering.pallas_attention import realize_attention
-from lowering.validate import identical, validate, validate_pieces
+from validation.validate import identical, validate, validate_pieces
 from rewrites.registry import NamedRule
-from service.optimizer.background_validation import BackgroundValidation
+from validation.background import BackgroundValidation
 from service.optimizer.caller_heap import CALLER_HEAP
 from service.optimizer.control_flow import nested_program_count, optimize_nested
 from service.optimizer.loop_hoist import hoist_scan_projections, scan_projections

@@ -29,7 +29,7 @@ from rewrites.ingest import LoadedProgram, ingest
 from rewrites.kernel_seeds import KernelSeed, seed_kernels
 from rewrites.registry import NamedRule
 from rewrites.schedule import FUSION_ONLY, NO_RULES, Budget, SaturationReport, saturate, schedule_for
-from service.optimizer.background_validation import BackgroundValidation
+from validation.background import BackgroundValidation
 from service.optimizer.options import OptimizeOptions
 from service.optimizer.progress import report, stage
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from costmodel.profile import load_profile, with_overrides
-from lowering.validate import validate
+from validation.validate import validate
 from service.optimizer.pipeline import optimize
 from wire.capture import capture
 from wire.execute import jitted_program

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
-from lowering.compare import output_error, tolerance_for
+from validation.compare import output_error, tolerance_for
 from lowering.runnable import KernelRunner
 from service.optimizer.pipeline import optimize
 from wire.capture import capture

@@ -16,7 +16,7 @@ from costmodel.extract import extract_greedy_dag
 from costmodel.kernel_cost import NodeCoster, gemm_kernel_time, static_classes
 from costmodel.profile import load_profile
 from lowering.emit import emit_program
-from lowering.validate import validate
+from validation.validate import validate
 from rewrites.chain_order import cheapest_order, find_chains, orders_every_matmul, seed_chain_orders
 from rewrites.ingest import ingest
 from rewrites.schedule import NO_RULES, Budget, saturate

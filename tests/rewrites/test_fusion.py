@@ -17,7 +17,7 @@ from costmodel.kernel_cost import (KERNEL_OPS, NODE_EPSILON_S, NodeCoster, gemm_
 from costmodel.profile import load_profile, with_overrides
 from lowering.emit import emit_program
 from lowering.kernels import build_kernel_program
-from lowering.validate import validate
+from validation.validate import validate
 from rewrites.ingest import ingest
 from rewrites.schedule import FUSION_ONLY, Budget, saturate
 from wire.capture import capture

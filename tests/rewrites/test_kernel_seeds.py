@@ -17,7 +17,7 @@ from costmodel.profile import load_profile, with_overrides
 from costmodel.warm_start import seeded_extraction
 from lowering.emit import emit_program
 from lowering.kernels import CONVENTIONAL, VERTICAL, build_kernel_program
-from lowering.validate import validate
+from validation.validate import validate
 from rewrites.ingest import ingest
 from rewrites.kernel_seeds import MAX_SEEDED_RUN, seed_kernels
 from rewrites.schedule import FUSION_ONLY, Budget, saturate

@@ -12,7 +12,7 @@ from jax import lax
 from costmodel.node_equation import node_equation
 from costmodel.op_cost import FREE_OPS, GEMM_OPS, op_cost
 from costmodel.profile import load_profile
-from lowering.compare import bit_identical
+from validation.compare import bit_identical
 from rewrites.ingest import ENCODERS
 from rewrites.merge import MERGE
 from rewrites.registry import pattern_ops

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from lowering.validate import validate
+from validation.validate import validate
 from service.optimizer.loop_hoist import hoist_scan_projections
 from service.optimizer.loop_invariants import drop_unused_loop_inputs, hoist_loop_invariants
 from wire.capture import capture

@@ -1,6 +1,6 @@
 """The kernel-by-kernel debugger: the original and the optimized program evaluated in float64 on the
 validator's inputs, each optimized kernel's outputs compared with the original values they stand
-for (lowering/kernel_provenance.py), and the first kernel beyond its dtype's tolerance named with
+for (validation/kernel_provenance.py), and the first kernel beyond its dtype's tolerance named with
 the rewrites that can have shaped it."""
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from typing import Any
 
 import numpy as np
 
-from lowering.compare import output_error, tolerance_for
-from lowering.kernel_provenance import kernel_origin, rule_patterns, stands_for
-from lowering.validation_inputs import random_inputs
-from lowering.widen import Widened, widen
+from validation.compare import output_error, tolerance_for
+from validation.kernel_provenance import kernel_origin, rule_patterns, stands_for
+from validation.inputs import random_inputs
+from validation.widen import Widened, widen
 
-# The validator's fan-in-scaled draw (lowering/validate.py DRAWS[1]): activations stay O(1), so a
+# The validator's fan-in-scaled draw (validation/validate.py DRAWS[1]): activations stay O(1), so a
 # small wrong term (a dropped bias, a layer norm's epsilon) shows instead of drowning in growth.
 FAN_IN_SCALED = True
 

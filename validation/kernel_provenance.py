@@ -1,5 +1,5 @@
 """What each optimized kernel stands for in the original: the original values its outputs must equal
-(the validator's value numbering, lowering/regions.py), the original equations it replaces, and the
+(the validator's value numbering, validation/regions.py), the original equations it replaces, and the
 fired rules that can have shaped it (those whose patterns mention its ops or the ops it replaces)."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from lowering.regions import ValueTable, equations_reaching, find_regions
+from validation.regions import ValueTable, equations_reaching, find_regions
 from rewrites.fusion import FUSION
 from rewrites.registry import NamedRule, pattern_ops
 from rewrites.schedule import ALL_FAMILIES

@@ -8,9 +8,9 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from lowering.compare import informative, output_error, tolerance_for
-from lowering.validation_inputs import Draw, InputDomain, InputDraws, random_inputs
-from lowering.widen import CannotWiden
+from validation.compare import informative, output_error, tolerance_for
+from validation.inputs import Draw, InputDomain, InputDraws, random_inputs
+from validation.widen import CannotWiden
 
 # Evaluated in float64, a right rewrite differs from the original only by rounding: about as much
 # as the original moves when its inputs change by float64's rounding (its measured sensitivity

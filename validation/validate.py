@@ -1,7 +1,7 @@
 """Translation validation: the optimized program must compute what the original computes.
 
 Verdicts (`status`): `identical` (value numbering finds the same computation up to exact normal
-forms, and in `real` mode identities of real arithmetic (lowering/normal_forms.py): nothing is
+forms, and in `real` mode identities of real arithmetic (validation/normal_forms.py): nothing is
 run),
 `passed`, `failed`, `inconclusive` (the check could not tell, with the reason), and `skipped` (the
 caller turned validation off; set by the pipeline).
@@ -37,13 +37,13 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-from lowering.compare import bit_identical, informative, output_error
-from lowering.judge import DRAWS, Verdict, judge
+from validation.compare import bit_identical, informative, output_error
+from validation.judge import DRAWS, Verdict, judge
 from lowering.kernels import output_avals
-from lowering.observability import change_shows
-from lowering.region_check import CheckMemory, region_validate
-from lowering.validation_inputs import TRIALS, Draw, InputDraws, nudged, nudges, random_inputs
-from lowering.widen import CannotWiden, Widened, check_jit, float64_callable, widen
+from validation.observability import change_shows
+from validation.region_check import CheckMemory, region_validate
+from validation.inputs import TRIALS, Draw, InputDraws, nudged, nudges, random_inputs
+from validation.widen import CannotWiden, Widened, check_jit, float64_callable, widen
 from wire.execute import jitted_program, typecheck
 from wire.format import WireError
 

@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lowering.regions import ValueTable, find_regions
-from lowering.validate import validate
+from validation.regions import ValueTable, find_regions
+from validation.validate import validate
 from wire.capture import capture
 
 pytestmark = pytest.mark.unit

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from costmodel.profile import resolve_profile
-from lowering.kernel_debug import debug_kernels, every_value
+from validation.kernel_debug import debug_kernels, every_value
 from lowering.kernels import NAIVE, build_kernel_program
-from lowering.listing import explained_listing
-from lowering.validation_inputs import random_inputs
+from validation.listing import explained_listing
+from validation.inputs import random_inputs
 from service.optimizer.pipeline import optimize
 from wire.capture import capture
 

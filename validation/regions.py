@@ -1,6 +1,6 @@
 """What the optimizer changed: value numbering across the original and the optimized program,
 the rewritten regions of the optimized one, and the original values that feed each region
-(translation validation checks those regions instead of whole programs, lowering/validate.py)."""
+(translation validation checks those regions instead of whole programs, validation/validate.py)."""
 from __future__ import annotations
 
 import hashlib
@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from lowering.normal_forms import is_literal, literal_of, normal_form, unordered
+from validation.normal_forms import is_literal, literal_of, normal_form, unordered
 from wire.primitives import deterministic
 
 # Levels of operands hashed to recognise "the same value" across programs, deepest first: deep
@@ -27,7 +27,7 @@ def _canon(x: Any) -> str:
 class ValueTable:
     """Value numbers shared by every program numbered with it: identical computations (from the same
     inputs by position, the same consts), identical numbers; each equation is numbered by its
-    normal form (lowering/normal_forms.py), whose identities of real arithmetic (a merged GEMM's
+    normal form (validation/normal_forms.py), whose identities of real arithmetic (a merged GEMM's
     slices, sums in another order) apply only to a `real` table. Safe to share between threads."""
 
     def __init__(self, real: bool = False) -> None:

@@ -6,9 +6,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lowering.index_ranges import index_bounds
-from lowering.validate import validate
-from lowering.validation_inputs import SMALL_INTEGERS, random_inputs
+from validation.index_ranges import index_bounds
+from validation.validate import validate
+from validation.inputs import SMALL_INTEGERS, random_inputs
 from wire.capture import capture
 
 TABLE = np.arange(40, dtype=np.float32).reshape(10, 4)

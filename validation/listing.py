@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from lowering.kernel_provenance import kernel_origin, rule_patterns, stands_for
+from validation.kernel_provenance import kernel_origin, rule_patterns, stands_for
 from lowering.kernels import Kernel, KernelProgram
 
 

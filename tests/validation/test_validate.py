@@ -12,10 +12,10 @@ import jax.numpy as jnp
 import numpy as np
 from wire_examples import projections, two_regions
 
-from lowering.compare import bit_identical, output_error
-from lowering.region_check import CheckMemory
-from lowering.validate import validate, validate_whole
-from lowering.validation_inputs import InputDraws, positive_inputs, random_inputs
+from validation.compare import bit_identical, output_error
+from validation.region_check import CheckMemory
+from validation.validate import validate, validate_whole
+from validation.inputs import InputDraws, positive_inputs, random_inputs
 from wire.capture import capture
 
 
@@ -275,7 +275,7 @@ def test_reused_region_checks_never_pass_a_wrong_new_region():
 
 
 def test_regions_find_a_wrong_weight_a_whole_run_would_barely_see():
-    from lowering.regions import find_regions
+    from validation.regions import find_regions
     program = _stack(False)
     wrong = copy.deepcopy(program)
     last = [e for e in wrong["eqns"] if e["op"] == "dot_general"][-1]
@@ -383,7 +383,7 @@ def test_values_of_a_failed_check_are_never_taken_as_shown():
 
 
 def test_a_check_that_convolves_in_groups_compiles_optimized_and_evaluates_the_convolution_in_float64():
-    from lowering.widen import CHECK_COMPILER_OPTIONS, GROUPED_CONVOLUTION_CHECK_OPTIONS, Widened, check_compiler_options
+    from validation.widen import CHECK_COMPILER_OPTIONS, GROUPED_CONVOLUTION_CHECK_OPTIONS, Widened, check_compiler_options
 
     x, w = np.random.default_rng(0).standard_normal((2, 3, 2, 16)).astype(np.float32), np.ones((4, 1, 3), np.float32)
 

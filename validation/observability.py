@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from lowering.compare import output_error
-from lowering.regions import cone
-from lowering.validation_inputs import InputDraws, random_inputs
-from lowering.widen import Widened, widen
+from validation.compare import output_error
+from validation.regions import cone
+from validation.inputs import InputDraws, random_inputs
+from validation.widen import Widened, widen
 
 
 def change_shows(original: dict[str, Any], value: str, relative: float, runs: list[dict[str, Any]],

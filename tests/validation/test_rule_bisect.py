@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lowering.rule_bisect import NotFailing, minimal_failing
+from validation.rule_bisect import NotFailing, minimal_failing
 
 RULES = [f"rule-{k:02d}" for k in range(16)]
 

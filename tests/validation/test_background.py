@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from wire_examples import projections, two_regions
 
-from lowering.validate import validate
-from lowering.validation_inputs import TRIALS, InputDraws, Stopped
-from service.optimizer.background_validation import BackgroundValidation, CollectionPause, Job
+from validation.validate import validate
+from validation.inputs import TRIALS, InputDraws, Stopped
+from validation.background import BackgroundValidation, CollectionPause, Job
 from service.optimizer.pipeline import optimize
 from wire.capture import capture
 

@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from lowering.index_ranges import index_bounds
+from validation.index_ranges import index_bounds
 from wire.primitives import GEMMS
 
 TRIALS = 2  # input draws that must be able to tell before a program passes

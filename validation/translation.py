@@ -1,6 +1,6 @@
 """Translation validation as a service (`POST /v1/validate`, `optu validate`,
 `service.client.validate`): any two programs with one signature, hand-rewritten or from another
-compiler, checked as the optimizer checks its own results (lowering/validate.py)."""
+compiler, checked as the optimizer checks its own results (validation/validate.py)."""
 from __future__ import annotations
 
 from typing import Any, Literal
@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from lowering.kernels import output_avals
-from lowering.validate import validate
+from validation.validate import validate
 from wire.execute import typecheck
 from wire.format import WireError, WireProgram
 

@@ -1,4 +1,4 @@
-"""Checks of the regions an optimizer rewrote (`lowering.regions`), and what such checks showed
+"""Checks of the regions an optimizer rewrote (`validation.regions`), and what such checks showed
 for later candidates of the same search on the same draws (`CheckMemory`)."""
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from typing import Any
 import jax
 import numpy as np
 
-from lowering.compare import tolerance_for
-from lowering.judge import Verdict, judge
-from lowering.regions import Region, RegionPlan, ValueTable, cone, distinct_checks, find_regions, original_side
-from lowering.validation_inputs import Draw, InputDraws, InputDomain, nudged, nudges
-from lowering.widen import CannotWiden, check_jit, float64_callable, widened
+from validation.compare import tolerance_for
+from validation.judge import Verdict, judge
+from validation.regions import Region, RegionPlan, ValueTable, cone, distinct_checks, find_regions, original_side
+from validation.inputs import Draw, InputDraws, InputDomain, nudged, nudges
+from validation.widen import CannotWiden, check_jit, float64_callable, widened
 from wire.execute import program_to_callable
 
 
