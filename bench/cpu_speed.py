@@ -32,10 +32,10 @@ from bench.models.variants import MODELS_WITH_ALTERNATIVES
 from bench.report import RESULTS_DIR, fmt_ratio, fmt_time, geomean, machine, machine_line, publish, rank_agreement
 from bench.timing import interleaved_medians, timed
 from costmodel.profile import load_profile
-from validation.compare import output_error
 from lowering.kernels import gemm_flops
 from lowering.precompute import split_weight_work
 from service.optimizer.pipeline import optimize
+from validation.compare import output_error
 from wire.capture import capture
 from wire.execute import program_to_callable
 

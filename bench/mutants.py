@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from validation.compare import output_error
 from lowering.kernels import avals_of
-from validation.validate import validate
+from validation.compare import output_error
 from validation.inputs import random_inputs
+from validation.validate import validate
 from validation.widen import CannotWiden, Widened, widen
 from wire.execute import typecheck
 from wire.format import WireError

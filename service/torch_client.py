@@ -9,10 +9,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from validation.judge import Runs, Verdict, judge
 from lowering.kernels import output_avals
 from lowering.precompute import PrecomputedProgram
 from validation.inputs import TRIALS, Draw, nudged, nudges
+from validation.judge import Runs, Verdict, judge
 from validation.widen import Widened, widen
 from wire.execute import jitted_program
 from wire.precision import declares_64_bit, x64_when

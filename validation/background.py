@@ -14,10 +14,10 @@ from typing import Any, Callable
 
 import jax
 
+from validation.inputs import TRIALS, InputDraws
 from validation.region_check import CheckMemory
 from validation.regions import distinct_checks, find_regions
 from validation.validate import validate
-from validation.inputs import TRIALS, InputDraws
 
 
 class CollectionPause:

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 
 from validation.compare import output_error, tolerance_for
-from validation.kernel_provenance import kernel_origin, rule_patterns, stands_for
 from validation.inputs import random_inputs
+from validation.kernel_provenance import kernel_origin, rule_patterns, stands_for
 from validation.widen import Widened, widen
 
 # The validator's fan-in-scaled draw (validation/validate.py DRAWS[1]): activations stay O(1), so a

@@ -7,10 +7,10 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from validation.regions import ValueTable, equations_reaching, find_regions
 from rewrites.fusion import FUSION
 from rewrites.registry import NamedRule, pattern_ops
 from rewrites.schedule import ALL_FAMILIES
+from validation.regions import ValueTable, equations_reaching, find_regions
 
 
 def stands_for(original: dict[str, Any], optimized: dict[str, Any],

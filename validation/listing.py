@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from validation.kernel_provenance import kernel_origin, rule_patterns, stands_for
 from lowering.kernels import Kernel, KernelProgram
+from validation.kernel_provenance import kernel_origin, rule_patterns, stands_for
 
 
 def _us(seconds: float) -> str:

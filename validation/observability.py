@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from validation.compare import output_error
-from validation.regions import cone
 from validation.inputs import InputDraws, random_inputs
+from validation.regions import cone
 from validation.widen import Widened, widen
 
 

@@ -37,12 +37,12 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-from validation.compare import bit_identical, informative, output_error
-from validation.judge import DRAWS, Verdict, judge
 from lowering.kernels import output_avals
+from validation.compare import bit_identical, informative, output_error
+from validation.inputs import TRIALS, Draw, InputDraws, nudged, nudges, random_inputs
+from validation.judge import DRAWS, Verdict, judge
 from validation.observability import change_shows
 from validation.region_check import CheckMemory, region_validate
-from validation.inputs import TRIALS, Draw, InputDraws, nudged, nudges, random_inputs
 from validation.widen import CannotWiden, Widened, check_jit, float64_callable, widen
 from wire.execute import jitted_program, typecheck
 from wire.format import WireError

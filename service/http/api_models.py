@@ -92,3 +92,10 @@ def error_status(exc: BaseException) -> tuple[int, Any] | None:
         return 422, [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]}
                      for e in exc.errors(include_url=False)]
     return None
+
+
+def failure_detail(exc: Exception) -> Any:
+    """What a failed job says of its exception: the 4xx detail of a client's mistake, else its type
+    and message."""
+    status = error_status(exc)
+    return status[1] if status else f"{type(exc).__name__}: {exc}"

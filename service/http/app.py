@@ -29,10 +29,10 @@ from service.http.job_routes import add_job_routes
 from service.http.optimize_request import prepare, program_within_limits, run
 from service.http.report_routes import add_report_routes
 from service.http.settings import Settings, get_settings, request_options
+from service.jobqueue.jobs import QueueFull, WorkerDied, WorkerPool
 from service.optimizer.response import OptimizeResponse, SweepResponse
 from service.optimizer.sweep import SweepError, sweep
 from validation.translation import ValidateRequest, ValidateResponse, validate_programs
-from service.optimizer.workers import QueueFull, WorkerDied, WorkerPool
 from wire.format import FORMAT, WireError
 
 

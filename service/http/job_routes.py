@@ -13,12 +13,10 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
-from service.http.api_models import OptimizeRequest
-from service.http.jobs import JobFinished, JobQueueFull, JobStore, NoResult, UnknownJob
+from service.http.api_models import OptimizeRequest, failure_detail
 from service.http.optimize_request import prepare, run
-from service.http.queue_jobs import QueueJobStore
 from service.http.settings import Settings
-from service.jobqueue.broker import Timing
+from service.jobqueue.jobs import JobFinished, JobQueueFull, Jobs, NoResult, UnknownJob, open_jobs
 from service.optimizer.response import OptimizeResponse
 from wire.execute import typecheck
 
@@ -64,14 +62,13 @@ async def _full(request: Request, exc: JobQueueFull) -> JSONResponse:
     return JSONResponse({"detail": str(exc)}, status_code=429, headers={"Retry-After": str(exc.retry_after_s)})
 
 
-def job_store(app: FastAPI, settings: Settings) -> JobStore | QueueJobStore:
+def job_store(app: FastAPI, settings: Settings) -> Jobs:
     """The shared queue's jobs when OPTU_QUEUE_URL names one; otherwise this server's own."""
-    on_finish = app.state.metrics.job_finished
-    if settings.queue_url:
-        return QueueJobStore(settings.queue_url, Timing(settings.queue_visibility_timeout_s), app.state.cache,
-                             settings.job_queue_depth, settings.job_ttl_s, on_finish)
-    return JobStore(lambda *request: run(app, *request), app.state.cache, settings.job_queue_depth, settings.job_ttl_s,
-                    lambda: app.state.pool.status()["workers"] if app.state.pool is not None else 0, on_finish)
+    return open_jobs(app.state.cache, settings.job_queue_depth, settings.job_ttl_s, queue_url=settings.queue_url,
+                     visibility_timeout_s=settings.queue_visibility_timeout_s,
+                     run=lambda *request: run(app, *request),
+                     workers_up=lambda: app.state.pool.status()["workers"] if app.state.pool is not None else 0,
+                     describe_failure=failure_detail, on_finish=app.state.metrics.job_finished)
 
 
 def add_job_routes(app: FastAPI, settings: Settings) -> None:

@@ -37,7 +37,7 @@ _request_facts: ContextVar[dict[str, Any] | None] = ContextVar("optu_request_fac
 
 
 class JobCounts(Protocol):
-    """What a job store tells the metrics (service/http/jobs.py, service/http/queue_jobs.py)."""
+    """What a job store tells the metrics (either store of service.jobqueue.jobs)."""
 
     def count(self, state: str) -> float: ...
 

@@ -14,11 +14,11 @@ from costmodel.profile import HardwareProfile
 from service.http.api_models import OptimizeRequest, count_equations, resolve_hardware
 from service.http.limits import check_tensor_elements
 from service.http.settings import Settings, request_options
+from service.jobqueue.jobs import Cancelled, Ticket
 from service.optimizer import pipeline
 from service.optimizer.options import OptimizeOptions
 from service.optimizer.progress import Listener, listening
 from service.optimizer.request_key import canonical_request_id
-from service.optimizer.workers import Cancelled, Ticket
 from wire.format import WireError, WireProgram
 
 

@@ -26,7 +26,7 @@ class Settings(BaseSettings):
     max_iter_limit: int = 100
     default_hardware: str = DEFAULT_PROFILE
     max_tensor_elements: int = 1 << 26  # per declared tensor: validation materializes them
-    # Operation (service/optimizer/workers.py, service/http/cache.py, service/http/auth.py, service/http/metrics.py)
+    # Operation (service/jobqueue/, service/http/cache.py, service/http/auth.py, service/http/metrics.py)
     workers: int = 2
     queue_depth: int = 16  # requests waiting for a worker beyond this get 503 + Retry-After
     job_queue_depth: int = 64  # jobs queued or running beyond this get 429 + Retry-After

@@ -19,8 +19,8 @@ from celery.exceptions import Ignore
 
 from service.jobqueue.broker import (ACTIVE, HEARTBEAT_FILE, MAX_ATTEMPTS, QUEUE, REDELIVERIES, TASK, WORKER_PREFIX,
                                      JobKeys, Timing, beat, queue_app)
+from service.jobqueue.pool import Cancelled, Ticket, WorkerDied, WorkerProcess, answer
 from service.optimizer.options import OptimizeOptions
-from service.optimizer.workers import Cancelled, Ticket, WorkerDied, WorkerProcess, answer
 
 log = logging.getLogger("optu.worker")
 

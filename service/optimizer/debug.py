@@ -10,17 +10,17 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from costmodel.profile import HardwareProfile, resolve_profile
-from validation.kernel_debug import debug_kernels
-from validation.kernel_provenance import rule_patterns
 from lowering.kernels import CONVENTIONAL, build_kernel_program
-from validation.rule_bisect import NotFailing, minimal_failing
-from validation.validate import validate
-from validation.widen import CannotWiden
 from rewrites.registry import NamedRule
 from rewrites.schedule import ALGEBRA_RULE_NAMES
 from service.optimizer.options import OptimizeOptions
 from service.optimizer.pipeline import optimize
+from validation.kernel_debug import debug_kernels
+from validation.kernel_provenance import rule_patterns
+from validation.rule_bisect import NotFailing, minimal_failing
 from validation.translation import check_signatures
+from validation.validate import validate
+from validation.widen import CannotWiden
 from wire.format import WireError, WireProgram
 
 

@@ -21,9 +21,9 @@ from costmodel.extract import Extraction
 from costmodel.kernel_cost import VIEW_OPS, ResourceTimes
 from costmodel.key_blocking import Step, attention_groups
 from lowering.kernels import avals_of, static_names
-from validation.regions import region_signature
 from rewrites.schedule import SaturationReport
 from service.optimizer.search import FLOOR_RESOURCES, EGraphFloor, Search
+from validation.regions import region_signature
 from wire.primitives import GEMMS
 
 MIN_PROGRAM_EQNS = 200  # smaller programs search whole in well under a second

@@ -19,11 +19,8 @@ from lowering.as_run import carried_kernels, compiled_by_xla, kernels_as_run
 from lowering.baseline import baseline_kernels
 from lowering.kernels import NAIVE, POLICIES, KernelProgram, build_kernel_program
 from lowering.lower_bound import lower_bound
-from validation.listing import kernel_listing
 from lowering.pallas_attention import realize_attention
-from validation.validate import identical, validate, validate_pieces
 from rewrites.registry import NamedRule
-from validation.background import BackgroundValidation
 from service.optimizer.caller_heap import CALLER_HEAP
 from service.optimizer.control_flow import nested_program_count, optimize_nested
 from service.optimizer.loop_hoist import hoist_scan_projections, scan_projections
@@ -35,6 +32,9 @@ from service.optimizer.request_key import canonical_request_id
 from service.optimizer.response import typed
 from service.optimizer.search import FLOOR_RESOURCES, EGraphFloor, Search, budget, search
 from service.optimizer.simplify import simplify
+from validation.background import BackgroundValidation
+from validation.listing import kernel_listing
+from validation.validate import identical, validate, validate_pieces
 from wire.execute import typecheck
 from wire.format import WireError
 from wire.precision import declared_precision

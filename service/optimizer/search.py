@@ -29,9 +29,9 @@ from rewrites.ingest import LoadedProgram, ingest
 from rewrites.kernel_seeds import KernelSeed, seed_kernels
 from rewrites.registry import NamedRule
 from rewrites.schedule import FUSION_ONLY, NO_RULES, Budget, SaturationReport, saturate, schedule_for
-from validation.background import BackgroundValidation
 from service.optimizer.options import OptimizeOptions
 from service.optimizer.progress import report, stage
+from validation.background import BackgroundValidation
 
 AUTO_ILP_NODE_BUDGET = 5_000  # beyond this the ILP rarely proves anything in the time it gets
 # Kernel e-graphs are harder (exclusive GEMMs, tee requirements, weak LP bounds). Started from

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from costmodel.profile import load_profile, with_overrides
-from validation.validate import validate
 from service.optimizer.pipeline import optimize
+from validation.validate import validate
 from wire.capture import capture
 from wire.execute import jitted_program
 from wire.torch_capture import capture_torch

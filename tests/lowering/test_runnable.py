@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
-from validation.compare import output_error, tolerance_for
 from lowering.runnable import KernelRunner
 from service.optimizer.pipeline import optimize
+from validation.compare import output_error, tolerance_for
 from wire.capture import capture
 from wire.execute import program_to_callable
 

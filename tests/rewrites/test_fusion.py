@@ -17,11 +17,11 @@ from costmodel.kernel_cost import (KERNEL_OPS, NODE_EPSILON_S, NodeCoster, gemm_
 from costmodel.profile import load_profile, with_overrides
 from lowering.emit import emit_program
 from lowering.kernels import build_kernel_program
-from validation.validate import validate
 from rewrites.ingest import ingest
 from rewrites.schedule import FUSION_ONLY, Budget, saturate
-from wire.capture import capture
 from rule_harness import VALIDATED
+from validation.validate import validate
+from wire.capture import capture
 
 PROFILE = load_profile("optu-v1")
 RNG = np.random.default_rng(0)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from rule_harness import VALIDATED
 
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
 from costmodel.egraph_view import view_egraph
@@ -17,11 +16,12 @@ from costmodel.profile import load_profile, with_overrides
 from costmodel.warm_start import seeded_extraction
 from lowering.emit import emit_program
 from lowering.kernels import CONVENTIONAL, VERTICAL, build_kernel_program
-from validation.validate import validate
 from rewrites.ingest import ingest
 from rewrites.kernel_seeds import MAX_SEEDED_RUN, seed_kernels
 from rewrites.schedule import FUSION_ONLY, Budget, saturate
+from rule_harness import VALIDATED
 from service.optimizer.pipeline import optimize
+from validation.validate import validate
 from wire.capture import capture
 
 pytestmark = pytest.mark.slow  # whole programs through the pipeline

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from wire_examples import projections, two_regions
 
-from validation.validate import validate
-from validation.inputs import TRIALS, InputDraws, Stopped
-from validation.background import BackgroundValidation, CollectionPause, Job
 from service.optimizer.pipeline import optimize
+from validation.background import BackgroundValidation, CollectionPause, Job
+from validation.inputs import TRIALS, InputDraws, Stopped
+from validation.validate import validate
 from wire.capture import capture
 
 X, W = np.ones((8, 16), np.float32), np.full((16, 16), 0.1, np.float32)

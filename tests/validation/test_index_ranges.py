@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from validation.index_ranges import index_bounds
-from validation.validate import validate
 from validation.inputs import SMALL_INTEGERS, random_inputs
+from validation.validate import validate
 from wire.capture import capture
 
 TABLE = np.arange(40, dtype=np.float32).reshape(10, 4)

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from costmodel.profile import resolve_profile
-from validation.kernel_debug import debug_kernels, every_value
 from lowering.kernels import NAIVE, build_kernel_program
-from validation.listing import explained_listing
-from validation.inputs import random_inputs
 from service.optimizer.pipeline import optimize
+from validation.inputs import random_inputs
+from validation.kernel_debug import debug_kernels, every_value
+from validation.listing import explained_listing
 from wire.capture import capture
 
 pytestmark = pytest.mark.slow  # whole models through capture and the pipeline

@@ -13,9 +13,9 @@ import numpy as np
 from wire_examples import projections, two_regions
 
 from validation.compare import bit_identical, output_error
+from validation.inputs import InputDraws, positive_inputs, random_inputs
 from validation.region_check import CheckMemory
 from validation.validate import validate, validate_whole
-from validation.inputs import InputDraws, positive_inputs, random_inputs
 from wire.capture import capture
 
 
@@ -383,7 +383,8 @@ def test_values_of_a_failed_check_are_never_taken_as_shown():
 
 
 def test_a_check_that_convolves_in_groups_compiles_optimized_and_evaluates_the_convolution_in_float64():
-    from validation.widen import CHECK_COMPILER_OPTIONS, GROUPED_CONVOLUTION_CHECK_OPTIONS, Widened, check_compiler_options
+    from validation.widen import (CHECK_COMPILER_OPTIONS, GROUPED_CONVOLUTION_CHECK_OPTIONS, Widened,
+                                  check_compiler_options)
 
     x, w = np.random.default_rng(0).standard_normal((2, 3, 2, 16)).astype(np.float32), np.ones((4, 1, 3), np.float32)
 

@@ -12,11 +12,11 @@ from jax import lax
 from costmodel.node_equation import node_equation
 from costmodel.op_cost import FREE_OPS, GEMM_OPS, op_cost
 from costmodel.profile import load_profile
-from validation.compare import bit_identical
 from rewrites.ingest import ENCODERS
 from rewrites.merge import MERGE
 from rewrites.registry import pattern_ops
 from rewrites.terms import BINARY_OPS, REDUCE_OPS, UNARY_OPS
+from validation.compare import bit_identical
 from wire.capture import capture
 from wire.execute import primitive_table, typecheck
 from wire.primitives import GEMMS, GENERIC_TERMS, PRIMITIVES, PURE, const_operands, names, nested_programs

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from jax import lax
 
-from validation.validate import validate
 from service.optimizer.loop_hoist import hoist_scan_projections
 from service.optimizer.loop_invariants import drop_unused_loop_inputs, hoist_loop_invariants
+from validation.validate import validate
 from wire.capture import capture
 from wire.execute import program_to_callable, typecheck
 from wire.format import encode_array

@@ -3,9 +3,9 @@ runs it before it says it is ready, unless told not to."""
 import pytest
 
 from rewrites.chain_order import find_chains
+from service.jobqueue.pool import WorkerProcess
 from service.optimizer import pipeline
 from service.optimizer.warm_up import warm_up, warm_up_program
-from service.optimizer.workers import WorkerProcess
 
 
 def test_the_warm_up_program_holds_attention_a_matmul_chain_and_weights():

@@ -1,7 +1,7 @@
 """Jobs on the shared queue (OPTU_QUEUE_URL): sent through Celery over Redis to `optu worker`
 processes on any machine, and answered by every API replica alike from Celery's task state and
 the job's record in the same Redis. It answers the same calls as the embedded store
-(service/http/jobs.py), so the routes cannot tell which one serves them."""
+(service/jobqueue/local_store.py), so the routes cannot tell which one serves them."""
 from __future__ import annotations
 
 import asyncio
@@ -14,10 +14,9 @@ from typing import Any, Callable
 import redis
 
 from costmodel.profile import HardwareProfile
-from service.http.cache import ResultCache
-from service.http.jobs import (CANCELLED_BY_CLIENT, FINISHED, JobFinished, JobQueueFull, NoResult, State, UnknownJob,
-                               job_status)
 from service.jobqueue.broker import ACTIVE, REDELIVERIES, TASK, WORKER_PREFIX, JobKeys, Timing, queue_app
+from service.jobqueue.states import (CANCELLED_BY_CLIENT, FINISHED, JobFinished, JobQueueFull, NoResult, ResultCache,
+                                     State, UnknownJob, job_status)
 from service.optimizer.options import OptimizeOptions
 
 log = logging.getLogger("optu.jobs")

@@ -1,58 +1,20 @@
-"""Optimizations as jobs, embedded in the API process: submit, poll the state and progress, fetch
-the result, cancel. A job's id is its request's id, so the same request names the same job and a
-result already cached finishes its job at once. Jobs run through the same runner as
-/v1/optimize (the worker pool, or a thread); finished jobs are forgotten after a TTL (their
-results stay in the result cache)."""
+"""Jobs embedded in the API process, run by its own worker pool (or a thread): a job's id is its
+request's id, so the same request names the same job and a result already cached finishes its job
+at once; finished jobs are forgotten after a TTL (their results stay in the result cache)."""
 from __future__ import annotations
 
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Literal
+from typing import Any, Awaitable, Callable
 
-from service.http.api_models import error_status
-from service.http.cache import ResultCache
+from service.jobqueue.pool import Cancelled, Ticket
+from service.jobqueue.states import (CANCELLED_BY_CLIENT, FINISHED, JobFinished, JobQueueFull, NoResult, ResultCache,
+                                     State, UnknownJob, job_status)
 from service.optimizer.progress import Listener
-from service.optimizer.workers import Cancelled, Ticket
 
-State = Literal["queued", "running", "succeeded", "failed", "cancelled"]
-FINISHED: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
-CANCELLED_BY_CLIENT = "cancelled by the client"
 # (program, hardware, options, on_progress, ticket) -> the response
 Runner = Callable[[dict[str, Any], Any, Any, Listener, Ticket], Awaitable[dict[str, Any]]]
-
-
-class JobQueueFull(Exception):
-    """As many jobs are queued or running as the server takes: answer 429 + Retry-After."""
-
-    def __init__(self, depth: int, retry_after_s: int):
-        super().__init__(f"{depth} jobs are already queued or running; retry later")
-        self.retry_after_s = retry_after_s
-
-
-class UnknownJob(LookupError):
-    def __init__(self, job_id: str):
-        super().__init__(f"no job with id {job_id!r} (unknown, or finished longer ago than the job TTL)")
-
-
-class JobFinished(Exception):
-    """Cancelling a job that has already finished: answer 409."""
-
-
-class NoResult(Exception):
-    """The result of a job that has not succeeded (yet): answer 409 with its status."""
-
-    def __init__(self, status: dict[str, Any]):
-        super().__init__(f"job {status['id']!r} is {status['state']}; no result")
-        self.status = status
-
-
-def job_status(job_id: str, state: State, progress: dict[str, Any], elapsed_s: float, error: Any) -> dict[str, Any]:
-    """What GET /v1/jobs/{id} answers, whichever store holds the job."""
-    return {"id": job_id, "state": state, "error": error,
-            "progress": {"stage": "done" if state == "succeeded" else progress.get("stage"),
-                         "egraph_nodes": progress.get("egraph_nodes"),
-                         "best_estimate_s": progress.get("best_estimate_s"), "elapsed_s": round(elapsed_s, 3)}}
 
 
 @dataclass
@@ -83,12 +45,12 @@ class Job:
 
 class JobStore:
     """The jobs of one API process, run by its own worker pool. Use from its event loop. The queue's
-    store (service/http/queue_jobs.py) answers the same calls for jobs on a shared queue."""
+    store (service/jobqueue/queue_store.py) answers the same calls for jobs on a shared queue."""
 
     def __init__(self, run: Runner, cache: ResultCache, depth: int, ttl_s: float, workers_up: Callable[[], int],
-                 on_finish: Callable[[str, float], None] | None = None):
+                 describe_failure: Callable[[Exception], Any], on_finish: Callable[[str, float], None] | None = None):
         self._run, self._cache, self.depth, self.ttl_s, self._on_finish = run, cache, depth, ttl_s, on_finish
-        self._workers_up = workers_up
+        self._workers_up, self._describe_failure = workers_up, describe_failure
         self._jobs: dict[str, Job] = {}
         self._tasks: set[asyncio.Task] = set()
 
@@ -165,8 +127,7 @@ class JobStore:
         except Cancelled:
             return  # already marked cancelled by `cancel`
         except Exception as exc:  # the request was checked at submit: what is left is the server's
-            status = error_status(exc)
-            self._finish(job, "failed", error=status[1] if status else f"{type(exc).__name__}: {exc}")
+            self._finish(job, "failed", error=self._describe_failure(exc))
             return
         if job.state == "cancelled":
             return
