@@ -8,6 +8,7 @@ is the least, over interleaved passes, of the median of a few consecutive calls.
 from __future__ import annotations
 
 import datetime
+import itertools
 import json
 import os
 import random
@@ -37,6 +38,9 @@ TILE = 16
 # the few-row one costs beyond its rows is the packing of each tile, which small GEMMs pay in full.
 GEMM_ROWS = (8, 512)
 GEMM_WIDTH = 256
+# fp32 (m x k) @ (k x n) products over this grid of m, k and n, each timed less a call: what the
+# profile prices GEMMs by (costmodel/measured_gemm.py), from one-row products to 4 GFLOP.
+GEMM_GRID = ((1, 8, 64, 512, 2048), (16, 64, 256, 1024), (16, 64, 256, 1024))
 L2_ELEMENTS = (1 << 14, 1 << 16)  # two fp32 adds whose three arrays stay in a 1 MiB L2
 LLC_ELEMENTS = (1 << 18, 1 << 20)  # 3-12 MiB: past L2, inside any server last-level cache
 DRAM_ELEMENTS = 1 << 23  # 32 MiB of fp32 per array, 96 MiB per add: past any last-level cache
@@ -154,6 +158,8 @@ def build_probes() -> dict[str, Probe]:
     for rows in GEMM_ROWS:
         p[f"gemm_rows{rows}"] = Probe(jnp.matmul, (_uniform(rows, GEMM_WIDTH),
                                                    _uniform(GEMM_WIDTH, GEMM_WIDTH, seed=1)))
+    for m, k, n in itertools.product(*GEMM_GRID):
+        p[f"gemm{m}x{k}x{n}"] = Probe(jnp.matmul, (_uniform(m, k), _uniform(k, n, seed=1) / k))
     for length in GEMM_CHAIN:  # scaled to stay finite: one tile
         p[f"gemm_chain{length}"] = Probe(_gemm_chain(length),
                                          (_uniform(GEMM_ROWS[0], TILE), _uniform(TILE, TILE) / TILE))
@@ -226,7 +232,9 @@ def derive(t: dict[str, float], kernels: dict[str, int]) -> dict[str, Any]:
     return {
         "matmul": {"flops_per_s": 2 * TILE * TILE * clock, "clock_hz": clock, "tile_load_s": packing,
                    "call_overhead_s": gemm_call, "rows": list(GEMM_ROWS),
-                   "times_s": [t[f"gemm_rows{n}"] for n in GEMM_ROWS]},
+                   "times_s": [t[f"gemm_rows{n}"] for n in GEMM_ROWS],
+                   "shape_times_s": [[m, k, n, max(t[f"gemm{m}x{k}x{n}"] - call, 1e-9)]
+                                     for m, k, n in itertools.product(*GEMM_GRID)]},
         "conv": {"positions_per_s": 1.0 / per_position, "overhead_s": max(0.0, t["conv_tiny"] - call)},
         "vector": {"flops_per_s": flops_per_s, "sram_bw_bytes_per_s": bandwidth(L2_ELEMENTS), "op_weights": weights},
         "memory": {"cache_bw_bytes_per_s": bandwidth(LLC_ELEMENTS),

@@ -13,6 +13,7 @@ from costmodel.calibrate import (
     CONV_TINY,
     DRAM_ELEMENTS,
     GEMM_CHAIN,
+    GEMM_GRID,
     GEMM_ROWS,
     GEMM_WIDTH,
     KERNEL_CHAIN,
@@ -81,6 +82,9 @@ def write_cpu_host_profile(measured: dict[str, Any], path: str | Path = PROFILES
             "call_overhead_s": (m["call_overhead_s"], f"{by}: slope of t vs chain length of dependent {lo}x16 @ "
                                 f"16x16 GEMMs in one call ({GEMM_CHAIN[0]} and {GEMM_CHAIN[1]}), less one tile's packing "
                                 "and pass and its kernels' launches", None),
+            "shape_times_s": (m["shape_times_s"], f"{by}: fp32 (m x k) @ (k x n) products, m in "
+                              f"{'/'.join(map(str, GEMM_GRID[0]))}, k in {'/'.join(map(str, GEMM_GRID[1]))}, n in "
+                              f"{'/'.join(map(str, GEMM_GRID[2]))}, each less the per-call overhead", None),
             "conv_overhead_s": (conv["overhead_s"], f"{by}: a 3x3 convolution of one {CONV_TINY}x{CONV_TINY} "
                                 "single-feature image, less the per-call overhead", None),
             "conv_positions_per_s": (conv["positions_per_s"], f"{by}: slope of t vs output positions of 3x3 NHWC "
@@ -139,7 +143,8 @@ def write_cpu_host_profile(measured: dict[str, Any], path: str | Path = PROFILES
         "# Mapping: the CPU is ONE gemm \"core\" with a 16 x 16 stationary tile, packed once per GEMM",
         "# (the weight load), and a clock at which rows stream through a packed tile; so a GEMM of many",
         "# rows costs flops / rate, one of few rows mostly its tiles' packing, and one smaller than a",
-        "# tile a whole tile. Converter and",
+        "# tile a whole tile. A matmul is timed from gemm.shape_times_s, products of a grid of shapes",
+        "# measured here (the tiles still say how it is tiled); a convolution by the tiles. Converter and",
         "# laser fields have no CPU meaning: bits are operand widths, the laser term is core power.",
         "# Rates are slopes between two sizes of one probe, so the per-call cost cancels out.",
         "# Op weights are flops per element in units of one multiply-add-chain op (add/mul are 1).",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, replace
 
+from costmodel.measured_gemm import measured_gemm_s
 from costmodel.profile import HardwareProfile
 
 BOUNDS = ("weight_load", "optical", "vector", "memory", "launch")
@@ -87,7 +88,18 @@ def _check_dims(**dims: int) -> None:
 
 def gemm_cost(p: HardwareProfile, m: int, k: int, n: int, batch: int = 1, rate: float = 1.0) -> GemmCost:
     """(m x k) @ (k x n), `batch` times, with the (k x n) operand held as the stationary weight;
-    `rate`: the operands' throughput relative to the clock's (`GemmUnit.rate`)."""
+    `rate`: the operands' throughput relative to the clock's (`GemmUnit.rate`). Timed from the
+    profile's measured shapes where it has them (the tiling is still reported), else by its tiles."""
+    tiled = tiled_gemm_cost(p, m, k, n, batch, rate)
+    if not p.gemm.shape_times_s or not tiled.weight_loads:
+        return tiled
+    time_s = batch * measured_gemm_s(p.gemm.shape_times_s, m, k, n) / rate
+    return replace(tiled, time_s=time_s, energy_j=tiled.energy_j + p.gemm.laser_power_w * (time_s - tiled.time_s),
+                   bound="optical")
+
+
+def tiled_gemm_cost(p: HardwareProfile, m: int, k: int, n: int, batch: int = 1, rate: float = 1.0) -> GemmCost:
+    """`gemm_cost` by the weight-stationary tile model alone: tiles programmed, rows streamed."""
     _check_dims(m=m, k=k, n=n, batch=batch)
     g = p.gemm
     k_splits = math.ceil(k / g.cols)
@@ -121,8 +133,10 @@ def conv_cost(p: HardwareProfile, m: int, k: int, n: int, groups: int = 1, rate:
     """A convolution as an implicit GEMM: m output positions, k = window x in-features and n
     out-features per group. Either operand may be the stationary one. Where the profile has a
     gather rate, gathering the m positions' patches (im2col) bounds the time, which is what limits
-    a convolution with few features; a fixed conv setup replaces the GEMM call cost."""
-    g = min(gemm_cost(p, m, k, n, groups, rate), gemm_cost(p, n, k, m, groups, rate), key=lambda c: c.time_s)
+    a convolution with few features; a fixed conv setup replaces the GEMM call cost. Always by the
+    tile model: measured shapes are of matmuls, which a convolution is not."""
+    g = min(tiled_gemm_cost(p, m, k, n, groups, rate), tiled_gemm_cost(p, n, k, m, groups, rate),
+            key=lambda c: c.time_s)
     if not g.weight_loads:
         return g
     gather_rate = p.gemm.conv_positions_per_s

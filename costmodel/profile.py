@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from costmodel.measured_gemm import grid_axes
 from costmodel.provenance import Basis, fields, overridden
 
 PROFILES_DIR = Path(__file__).parent / "profiles"
@@ -95,6 +96,17 @@ class GemmUnit(_Section):
     # GPU's tensor cores run float32 at default precision as TF32, slower than bf16, and at HIGHEST
     # as float32 on the CUDA cores, slower still.
     precision_rates: dict[str, Positive] = Field(default_factory=dict)
+    # Measured seconds of fp32 (m x k) @ (k x n) products over a grid of shapes, as [m, k, n, s]
+    # rows (costmodel/measured_gemm.py); where given, a GEMM is priced from them instead of the
+    # tiles and clock. Empty: the tile model prices every GEMM.
+    shape_times_s: tuple[tuple[Count, Count, Count, Positive], ...] = ()
+
+    @field_validator("shape_times_s")
+    @classmethod
+    def _full_grid(cls, times: tuple) -> tuple:
+        if times:
+            grid_axes(times)
+        return times
 
     def rate(self, operand_class: str) -> float:
         """The throughput of GEMMs on `operand_class` operands relative to the clock's rate."""
@@ -103,8 +115,8 @@ class GemmUnit(_Section):
             dtype, self.precision_rates.get("default", 1.0)))
 
     def __hash__(self) -> int:  # the dict field would make pydantic's frozen hash fail
-        return hash(tuple((k, v) for k, v in self.model_dump().items() if k != "precision_rates")
-                    + tuple(sorted(self.precision_rates.items())))
+        return hash(tuple((k, v) for k, v in self.model_dump().items() if k not in ("precision_rates", "shape_times_s"))
+                    + tuple(sorted(self.precision_rates.items())) + self.shape_times_s)
 
 
 class VectorUnit(_Section):

@@ -92,6 +92,10 @@ def render_profile_fields(fields: dict[str, dict[str, tuple[Any, str | None, str
 
 
 def _toml_value(value: Any) -> str:
+    if isinstance(value, (list, tuple)) and value and isinstance(value[0], (list, tuple)):  # a table: a row a line
+        return "[\n" + "".join(f"  {_toml_value(row)},\n" for row in value) + "]"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):

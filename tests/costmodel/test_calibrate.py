@@ -2,6 +2,7 @@
 the rates derive from probe times as slopes (checked on made-up times), and timing interleaves."""
 from __future__ import annotations
 
+import itertools
 
 import pytest
 
@@ -66,6 +67,10 @@ def test_the_shipped_cpu_host_profile_is_calibrated():
     assert load_profile("cpu-host").gemm.cores == 1
 
 
+def _grid_gemm_s(m: int, k: int, n: int) -> float:
+    return 1e-6 + 2 * m * k * n / 1e11
+
+
 def _made_up_times() -> dict[str, float]:
     """Probe times of a machine with known rates: 1e11 flop/s GEMMs, 1e10 flop/s vector unit, etc."""
     call = 5e-6
@@ -75,6 +80,7 @@ def _made_up_times() -> dict[str, float]:
     # 2e-8 s to pack a tile, 1e-6 s per GEMM, a kernel each
     t.update({f"gemm_rows{m}": call + tiles * (2e-8 + m / clock) + 1e-6 for m in cal.GEMM_ROWS})
     t.update({f"gemm_chain{n}": call + n * (2e-8 + rows / clock + 1e-6 + 3e-7) for n in cal.GEMM_CHAIN})
+    t.update({f"gemm{m}x{k}x{n}": call + _grid_gemm_s(m, k, n) for m, k, n in itertools.product(*cal.GEMM_GRID)})
     per_step = {"fma": 2 / 1e10, **{op: 10 / 1e10 for op in cal.TRANSCENDENTALS}}  # weight 10 each
     t.update({f"{op}{n}": call + n * cal.VECTOR_ELEMENTS * s for op, s in per_step.items() for n in cal.CHAINS})
     t["row_scale"] = call + cal.REDUCE_ELEMENTS / 1e10
@@ -98,6 +104,8 @@ def test_derive_recovers_the_rates_behind_the_probe_times():
     assert d["matmul"]["flops_per_s"] == pytest.approx(1e11)
     assert d["matmul"]["tile_load_s"] == pytest.approx(2e-8)
     assert d["matmul"]["call_overhead_s"] == pytest.approx(1e-6)
+    table = {(m, k, n): seconds for m, k, n, seconds in d["matmul"]["shape_times_s"]}  # each less the call
+    assert table == pytest.approx({shape: _grid_gemm_s(*shape) for shape in itertools.product(*cal.GEMM_GRID)})
     assert d["vector"]["flops_per_s"] == pytest.approx(1e10)
     weights = d["vector"]["op_weights"]
     assert weights["exp"] == pytest.approx(10 - 1)  # less the helper negation in each exp step
