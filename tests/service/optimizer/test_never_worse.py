@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from bench.models.generated import FAMILIES
 from bench.models.registry import capture_model
 from costmodel.profile import load_profile
+from lowering.as_run import compiled_by_xla
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
 from service.optimizer.pipeline import optimize
 from wire.capture import capture
@@ -56,10 +57,14 @@ def test_zoo_models_are_estimated_between_the_lower_bound_and_the_fair_baseline(
 
 @pytest.mark.parametrize("profile", PROFILES)
 def test_a_piecewise_search_is_never_worse_and_its_own_kernels_are_where_cuts_end_kernels(profile):
-    """A 12-layer encoder is searched a piece at a time. Each piece's e-graph holds its simplified
-    self, so where a kernel holds one GEMM (cuts then end kernels anyway) the stitched kernels are at
-    or below the baseline's; where kernels chain GEMMs across a cut (optu-v1), a conventional policy
-    over the stitched program may group them instead, and the fallback to the baseline is never taken."""
+    """A 12-layer encoder is searched a piece at a time, and what is returned is never estimated
+    slower than the baseline. Where kernels chain GEMMs across a cut (optu-v1), a conventional policy
+    over the stitched program may group them instead, and the fallback to the baseline is never
+    taken. Where XLA groups the program (cpu-host, gpu-roofline), the search's own grouping is not
+    what runs: the stitched program is priced as XLA groups it (`as_run_s`), like the baseline, and
+    that comparison decides. (It may come out dearer than the baseline: the search's objective is its
+    own grouping; on cpu-host a same-input merge of the Q, K and V projections, whose per-call weight
+    concatenation and slices XLA runs as kernels of their own, costs 0.2% more.)"""
     program, _ = capture_model("bert_12_layers")
     response = optimize(program, profile, {"validate": False})
     estimate, fusion = response["estimate"], response["report"]["fusion"]
@@ -68,5 +73,9 @@ def test_a_piecewise_search_is_never_worse_and_its_own_kernels_are_where_cuts_en
     assert estimate["lower_bound"]["time_s"] <= estimate["optimized"]["time_s"]
     assert estimate["lower_bound"]["over"] == "egraph"
     assert fusion["chosen"] != "baseline", response["report"]["notes"]
-    if load_profile(profile).kernel.max_gemms == 1:
-        assert fusion["egraph_s"] <= fusion["baseline_s"] * (1 + 1e-9)
+    hardware = load_profile(profile)
+    if compiled_by_xla(hardware):
+        gains_enough = fusion["baseline_s"] / fusion["as_run_s"] >= hardware.min_speedup
+        assert fusion["chosen"] == ("xla" if gains_enough else "min_speedup")
+        assert estimate["optimized"]["time_s"] == pytest.approx(
+            fusion["as_run_s"] if gains_enough else fusion["baseline_s"], rel=1e-12)
