@@ -18,10 +18,10 @@ instead, so extraction stays exact on the smaller e-graph.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, replace
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
-from costmodel.egraph_view import EGraphView, ENode
+from rewrites.egraph_view import EGraphView, ENode
 
 
 @dataclass

@@ -30,8 +30,8 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
-from costmodel.egraph_view import EGraphView, ENode, closed_bottom_up
 from costmodel.extract import Exclusive, Extraction, Requires, dag_cost, extract_greedy_dag
+from rewrites.egraph_view import EGraphView, ENode, closed_bottom_up
 
 OBJECTIVE_SCALE = 1e4  # the reference cost (greedy's) maps to this many objective units
 MIP_REL_GAP = 1e-6

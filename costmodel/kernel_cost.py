@@ -16,12 +16,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from costmodel.egraph_view import BodyNode, EClass, EGraphView, ENode, closed_bottom_up
 from costmodel.formulas import Estimate, kernel_estimate, launch_time, memory_time
 from costmodel.key_blocking import BlockedWork, Step, blocked_options, key_region
 from costmodel.node_equation import LEAF_OPS, node_equation
 from costmodel.op_cost import FREE_OPS, Aval, OpCost, nbytes, op_cost
 from costmodel.profile import HardwareProfile
+from rewrites.egraph_view import BodyNode, EClass, EGraphView, ENode, closed_bottom_up
 from rewrites.params import ParamsTable
 
 NODE_EPSILON_S = 1e-10  # per e-node: among equal-cost programs, prefer the one with fewer ops (above the

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from costmodel.egraph_view import BodyNode, EClass, ENode
+from rewrites.egraph_view import BodyNode, EClass, ENode
 from rewrites.params import ParamsTable
 
 LEAF_OPS = frozenset(["var", "lit", "flit"])  # term nodes that are values, not equations

@@ -16,7 +16,7 @@ import heapq
 import math
 from collections.abc import Sequence
 
-from costmodel.egraph_view import EGraphView
+from rewrites.egraph_view import EGraphView
 
 
 def heaviest_path_floors(view: EGraphView, costs: Sequence[dict[str, float]]) -> list[float]:

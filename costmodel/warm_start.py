@@ -15,11 +15,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from costmodel.egraph_view import EClass, EGraphView, ENode
 from costmodel.extract import Exclusive, Extraction, Requires, dag_cost, violations
 from costmodel.ilp import find_cycles
 from costmodel.kernel_cost import KERNEL_OPS
 from costmodel.node_equation import LEAF_OPS
+from rewrites.egraph_view import EClass, EGraphView, ENode
 from rewrites.kernel_seeds import KernelSeed
 
 

@@ -12,10 +12,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from costmodel.egraph_view import BodyNode, EGraphView, ENode
 from costmodel.node_equation import node_equation
 from costmodel.op_cost import IDIOMS
 from lowering.idioms import expand
+from rewrites.egraph_view import BodyNode, EGraphView, ENode
 from rewrites.params import ParamsTable
 from rewrites.terms import bits_float, float_bits
 

@@ -18,7 +18,7 @@ from typing import Any, Union
 
 import numpy as np
 
-from rewrites.direct import direct_union, register
+from rewrites.egglog_internals import direct_union, register
 from rewrites.ingest import DTYPE, SHAPE, TERMS, LoadedProgram, encode_typed
 from rewrites.terms import Term
 

@@ -20,7 +20,7 @@ from typing import Literal
 
 from egglog import EGraph, Ruleset
 
-from rewrites.runner import ensure_registered
+from rewrites.egglog_internals import ensure_registered
 from rewrites.schedule import CHAINS_ORDERED, FUSION_ONLY, SCHEDULES, Schedule
 from rewrites.shapes import SHAPES
 

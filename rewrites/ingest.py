@@ -12,19 +12,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from egglog import Action, EGraph, Vec, let
-from egglog.declarations import LetRefDecl, TypedExprDecl
-from egglog.egraph import to_runtime_expr
-from egglog.runtime import RuntimeExpr
+from egglog import Action, EGraph, Vec
 
-from rewrites.direct import Direct, DirectConstructors, direct_union, register
+from rewrites.egglog_internals import Direct, DirectConstructors, deferred_let, direct_union, register
 from rewrites.egraphs import Role, close_egraph, open_egraph
 from rewrites.params import ParamsTable
 from rewrites.terms import (BINARY_OPS, REDUCE_OPS, UNARY_OPS, Term, dtype, float_bits, ivec, literal_value, output,
                             shape, slot_hi, slot_lo)
 from wire.params import strip_none_defaults
 
-# Term's constructors and the analyses, built as declarations (rewrites/direct.py): ingest makes
+# Term's constructors and the analyses, built as declarations (rewrites/egglog_internals.py): ingest makes
 # thousands of them, and egglog-python's own call costs ~0.16 ms each.
 TERMS = DirectConstructors(Term)
 SHAPE, DTYPE, LITERAL_VALUE, SLOT_LO, SLOT_HI, OUTPUT = map(Direct, (shape, dtype, literal_value, slot_lo, slot_hi,
@@ -232,18 +229,9 @@ def _merge_keys(eqn: dict[str, Any]) -> list[tuple[tuple[str, str, str], Any]]:
             if isinstance(shared, str)]
 
 
-def deferred_let(name: str, term: Any) -> tuple[Action, Any]:
-    """(the `let` action, a reference to its name), as `EGraph.let` returns but without running it:
-    registered together, many lets cost one call into egglog instead of one each (a third of
-    ingest time)."""
-    expr = to_runtime_expr(term)
-    typed = TypedExprDecl(expr.__egg_typed_expr__.tp, LetRefDecl(name))
-    return let(name, term), RuntimeExpr.__from_values__(expr.__egg_decls__, typed)
-
-
 def let_name(program: int, eqn: int, out: int) -> str:
     """The let of an equation's output: `e{eqn}_{out}` for the program, `a{k}e{eqn}_{out}` for
-    its k-th alternative (costmodel/egraph_view.py reads them back as class origins)."""
+    its k-th alternative (rewrites/egraph_view.py reads them back as class origins)."""
     return f"{f'a{program}' if program else ''}e{eqn}_{out}"
 
 

@@ -12,14 +12,14 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rewrites.direct import DirectConstructors, direct_union, register
+from rewrites.egglog_internals import DirectConstructors, direct_union, register
 from rewrites.ingest import TERMS, LoadedProgram, encode_typed, literal_roundtrips, literal_term
 from rewrites.terms import Body, Term
 
 # A kernel body is a term as deep as its ops run: longer runs are seeded as several kernels, each
 # writing what the next reads (reading a body back recurses once per level).
 MAX_SEEDED_RUN = 128
-BODIES = DirectConstructors(Body)  # built as declarations (rewrites/direct.py), as ingest's terms are
+BODIES = DirectConstructors(Body)  # built as declarations (rewrites/egglog_internals.py), as ingest's terms are
 
 
 class BodyConstructors:

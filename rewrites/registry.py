@@ -8,6 +8,7 @@ from typing import Literal
 
 from egglog import RewriteOrRule, Ruleset, ruleset
 
+from rewrites.egglog_internals import rule_id
 from wire.primitives import GENERIC_TERMS, PRIMITIVES
 
 FpMode = Literal["exact", "real"]
@@ -55,7 +56,7 @@ class Family:
 def rule_names_by_decl(rules: Iterable[NamedRule]) -> dict[int, str]:
     """egglog reports matches per rule declaration; this maps them (by identity: a declaration's
     hash walks all of it) back to rule names."""
-    return {id(r.rule.decl): r.name for r in rules}
+    return {rule_id(r.rule): r.name for r in rules}
 
 
 def pattern_ops(rules: Iterable[NamedRule]) -> dict[str, frozenset[str]]:

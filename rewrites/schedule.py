@@ -17,6 +17,7 @@ from egglog import EGraph, Ruleset, ruleset
 from rewrites.algebra import ALGEBRA
 from rewrites.back_off import RestingRules
 from rewrites.concat_split import CONCAT_SPLIT
+from rewrites.egglog_internals import RunResult, ruleset_name, run_ruleset
 from rewrites.fusion import FUSION, MAX_BODY_OPS
 from rewrites.idioms import IDIOMS
 from rewrites.layout import LAYOUT
@@ -24,7 +25,6 @@ from rewrites.matmul import MATMUL
 from rewrites.merge import MERGE
 from rewrites.online_softmax import ONLINE_SOFTMAX
 from rewrites.registry import FpMode, NamedRule, rule_names_by_decl
-from rewrites.runner import RunResult, run_ruleset
 from rewrites.shapes import SHAPES
 
 SINGLE_PATTERN = [ALGEBRA, LAYOUT, MATMUL, IDIOMS, CONCAT_SPLIT, ONLINE_SOFTMAX]
@@ -192,7 +192,7 @@ def saturate(egraph: EGraph, schedule: Schedule, budget: Budget,
         began = time.perf_counter()
         changed = False
         steps: list[tuple[Ruleset, int | None]] = [(schedule.every_iteration, None)]  # (rules, back_off limit)
-        awake = [resting.awake(rules.__egg_ident__.name, iteration) for rules in schedule.throttled]
+        awake = [resting.awake(ruleset_name(rules), iteration) for rules in schedule.throttled]
         rested = not all(awake)
         steps += [(rules, budget.ac_match_limit) for rules, runs in zip(schedule.throttled, awake) if runs]
         if iteration < budget.merge_rounds:
@@ -201,7 +201,7 @@ def saturate(egraph: EGraph, schedule: Schedule, budget: Budget,
             result = run_ruleset(egraph, rules, match_limit)
             changed |= result.updated
             if match_limit is not None and result.updated and not result.matches:  # held back
-                resting.held_back(rules.__egg_ident__.name, iteration)
+                resting.held_back(ruleset_name(rules), iteration)
             _record(result, fired, schedule.rule_names)
             type_new_terms(egraph)  # before the next step's guards read them
         report.iterations = iteration + 1

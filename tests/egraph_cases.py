@@ -5,9 +5,9 @@ import itertools
 
 from hypothesis import strategies as st
 
-from costmodel.egraph_view import EGraphView, ENode
 from costmodel.extract import dag_cost
 from costmodel.ilp import find_cycles
+from rewrites.egraph_view import EGraphView, ENode
 
 
 @st.composite

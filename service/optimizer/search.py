@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from costmodel.egraph_view import EGraphView, view_egraph
 from costmodel.extract import Exclusive, Extraction, Requires, drop_dominated, extract_greedy_dag
 from costmodel.ilp import cheaper, extract_auto, extract_ilp, proven_minimum
 from costmodel.kernel_cost import (NodeCoster, Proxy, ResourceTimes, gemm_exclusive_groups, proxies, static_classes,
@@ -25,6 +24,7 @@ from lowering.emit import ExtractionCycle, emit_program, without_unused_consts
 from lowering.kernels import POLICIES, Kernel, build_kernel_program, static_names
 from lowering.pallas_attention import unrealizable
 from rewrites.chain_order import orders_every_matmul, seed_chain_orders
+from rewrites.egraph_view import EGraphView, view_egraph
 from rewrites.ingest import LoadedProgram, ingest
 from rewrites.kernel_seeds import KernelSeed, seed_kernels
 from rewrites.registry import NamedRule

@@ -1,9 +1,8 @@
 """Greedy-DAG extraction over hand-made e-graph views: shared nodes are paid once, cycles avoided."""
 from __future__ import annotations
 
-from costmodel.egraph_view import EGraphView, ENode
 from costmodel.extract import extract_greedy_dag
-
+from rewrites.egraph_view import EGraphView, ENode
 
 _view = EGraphView.from_nodes
 

@@ -8,11 +8,10 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from costmodel.egraph_view import EGraphView, ENode
 from costmodel.extract import dag_cost, extract_greedy_dag
 from costmodel.ilp import LP_TOLERANCE, IlpExtraction, extract_auto, extract_ilp, find_cycles, proven_minimum
+from rewrites.egraph_view import EGraphView, ENode
 from tests.egraph_cases import egraphs, least_dag_cost
-
 
 _view = EGraphView.from_nodes
 
@@ -202,12 +201,12 @@ def test_extract_auto_never_worse_than_greedy_on_random_egraphs():
 def test_ilp_on_a_real_qkv_egraph():
     import jax.numpy as jnp
 
-    from costmodel.egraph_view import view_egraph
+    from costmodel.kernel_cost import NodeCoster, static_classes
     from costmodel.profile import load_profile
+    from rewrites.egraph_view import view_egraph
     from rewrites.ingest import ingest
     from rewrites.schedule import SCHEDULES, Budget, saturate
     from wire.capture import capture
-    from costmodel.kernel_cost import NodeCoster, static_classes
 
     x, w = jnp.zeros((64, 96), jnp.float32), jnp.zeros((96, 40), jnp.float32)
     program = capture(lambda x, wq, wk, wv: (x @ wq, x @ wk, x @ wv), x, w, w, w,

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from costmodel.egraph_view import EGraphView, ENode
 from costmodel.path_floor import heaviest_path_floors
+from rewrites.egraph_view import EGraphView, ENode
 from tests.egraph_cases import egraphs, least_dag_cost
 
 

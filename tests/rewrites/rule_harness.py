@@ -12,9 +12,9 @@ import numpy as np
 from egglog import EGraph, Ruleset, ruleset, set_, union
 from hypothesis import strategies as st
 
-from costmodel.egraph_view import EClass, EGraphView, view_egraph
 from costmodel.node_equation import LEAF_OPS, node_equation
 from lowering.emit import wire_literal
+from rewrites.egraph_view import EClass, EGraphView, view_egraph
 from rewrites.ingest import LoadedProgram, ingest
 from rewrites.registry import Family, FpMode
 from rewrites.schedule import Budget, SaturationReport, Schedule, saturate

@@ -10,12 +10,12 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from costmodel.egraph_view import view_egraph
 from costmodel.extract import extract_greedy_dag
 from costmodel.kernel_cost import NodeCoster, gemm_kernel_time, static_classes
 from costmodel.profile import load_profile
 from lowering.emit import emit_program
 from rewrites.chain_order import cheapest_order, find_chains, orders_every_matmul, seed_chain_orders
+from rewrites.egraph_view import view_egraph
 from rewrites.ingest import ingest
 from rewrites.schedule import NO_RULES, Budget, saturate
 from rule_harness import VALIDATED

@@ -9,7 +9,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from costmodel.egraph_view import view_egraph
 from costmodel.extract import drop_dominated, extract_greedy_dag
 from costmodel.ilp import extract_ilp
 from costmodel.kernel_cost import (KERNEL_OPS, NODE_EPSILON_S, NodeCoster, gemm_exclusive_groups, static_classes,
@@ -17,6 +16,7 @@ from costmodel.kernel_cost import (KERNEL_OPS, NODE_EPSILON_S, NodeCoster, gemm_
 from costmodel.profile import load_profile, with_overrides
 from lowering.emit import emit_program
 from lowering.kernels import build_kernel_program
+from rewrites.egraph_view import view_egraph
 from rewrites.ingest import ingest
 from rewrites.schedule import FUSION_ONLY, Budget, saturate
 from rule_harness import VALIDATED

@@ -13,17 +13,17 @@ import pytest
 from egglog import EGraph, union
 from egglog.bindings import EggSmolError
 from jax import lax
-from rule_harness import Saturated, bits_equal, ill_typed_nodes, nodes, typed
 
-from costmodel.egraph_view import view_egraph
 from costmodel.extract import extract_greedy_dag
 from costmodel.kernel_cost import NodeCoster
 from costmodel.profile import load_profile
 from lowering.emit import emit_program
 from lowering.kernels import NAIVE, build_kernel_program
+from rewrites.egraph_view import view_egraph
 from rewrites.ingest import ingest
 from rewrites.schedule import NO_RULES, Budget, saturate
 from rewrites.terms import Term
+from rule_harness import Saturated, bits_equal, ill_typed_nodes, nodes, typed
 from wire.capture import capture
 from wire.execute import program_to_callable, typecheck
 from wire.params import strip_none_defaults

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
-from costmodel.egraph_view import view_egraph
 from costmodel.extract import drop_dominated
 from costmodel.ilp import extract_ilp
 from costmodel.kernel_cost import (KERNEL_OPS, NODE_EPSILON_S, NodeCoster, gemm_exclusive_groups, static_classes,
@@ -16,6 +15,7 @@ from costmodel.profile import load_profile, with_overrides
 from costmodel.warm_start import seeded_extraction
 from lowering.emit import emit_program
 from lowering.kernels import CONVENTIONAL, VERTICAL, build_kernel_program
+from rewrites.egraph_view import view_egraph
 from rewrites.ingest import ingest
 from rewrites.kernel_seeds import MAX_SEEDED_RUN, seed_kernels
 from rewrites.schedule import FUSION_ONLY, Budget, saturate

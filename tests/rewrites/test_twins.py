@@ -7,13 +7,13 @@ from __future__ import annotations
 import jax
 import numpy as np
 import pytest
-from rule_harness import VALIDATED
 
 from bench.models.large import bert_encoder
 from bench.models.zoo import ZOO
-from costmodel.egraph_view import view_egraph
+from rewrites.egraph_view import view_egraph
 from rewrites.ingest import ingest
 from rewrites.schedule import SCHEDULES, Budget, saturate
+from rule_harness import VALIDATED
 from service.optimizer.pipeline import optimize
 from wire.capture import capture
 

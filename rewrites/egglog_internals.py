@@ -1,22 +1,33 @@
-"""egglog expressions and actions built as declarations directly.
+"""The one module that touches egglog-python's internals (its declarations, its e-graph's state and
+tables, its commands): everything else uses egglog's public API and the functions here, so an
+egglog upgrade is read here alone (tests/rewrites/test_egglog_internals.py holds the rest to it).
 
-Calling an egglog-python function infers its type variables, converts literals and merges
-declaration tables on every call (~0.16 ms); loading a program into an e-graph makes thousands of
-calls. A `Direct` builder resolves one function's signature once and then builds the same
-expression, or the same `set_(...).to(...)` / `union(...).with_(...)` action, as plain
-declarations (~10 us); a `Vec` argument may be given as a list of its items. Only for functions
-whose signature has no type variables (the term language's constructors and analyses).
-`register` then hands such lets, sets and unions to an e-graph as egglog commands built here.
+Expressions and actions built as declarations directly: calling an egglog-python function infers
+its type variables, converts literals and merges declaration tables on every call (~0.16 ms);
+loading a program into an e-graph makes thousands of calls. A `Direct` builder resolves one
+function's signature once and then builds the same expression, or the same `set_(...).to(...)` /
+`union(...).with_(...)` action, as plain declarations (~10 us); a `Vec` argument may be given as
+a list of its items. Only for functions whose signature has no type variables (the term
+language's constructors and analyses). `register` then hands such lets, sets and unions to an
+e-graph as egglog commands built here.
+
+Rulesets run as egglog commands converted once per process: egglog-python's `EGraph.run` checks
+on every call, rule by rule, that the ruleset's rules are registered (hashing each rule's whole
+declaration) and turns the report's per-rule matches back into declarations (hashing them again):
+about 0.2 s of a 1-layer encoder's search, over some fifty runs. Our rulesets do not change once
+built, so a ruleset is registered in an e-graph once, run by a command converted once, and its
+matches are reported per rule declaration by identity.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from egglog import EGraph, bindings
+from egglog import EGraph, Ruleset, back_off, bindings, let, run
 from egglog.declarations import (CallDecl, InitRef, JustTypeRef, LetDecl, LetRefDecl, LitDecl, SetDecl, TypedExprDecl,
                                  UnionDecl)
-from egglog.egraph import Action
+from egglog.egraph import Action, to_runtime_expr
 from egglog.runtime import RuntimeExpr
 
 # Python values egglog-python converts to each builtin literal type, and egglog's literal of each
@@ -134,3 +145,66 @@ class _Converter:
 
 def _let_name(name: str) -> str:
     return name if name.startswith("$") else f"${name}"  # egglog's global lets, as egglog-python names them
+
+
+def deferred_let(name: str, term: Any) -> tuple[Action, Any]:
+    """(the `let` action, a reference to its name), as `EGraph.let` returns but without running it:
+    registered together, many lets cost one call into egglog instead of one each (a third of
+    ingest time)."""
+    expr = to_runtime_expr(term)
+    typed = TypedExprDecl(expr.__egg_typed_expr__.tp, LetRefDecl(name))
+    return let(name, term), RuntimeExpr.__from_values__(expr.__egg_decls__, typed)
+
+
+def rule_id(rule: Any) -> int:
+    """The identity egglog reports a rule's matches by: its declaration's (a declaration's hash
+    walks all of it)."""
+    return id(rule.decl)
+
+
+def ruleset_name(ruleset: Ruleset) -> str:
+    return ruleset.__egg_ident__.name
+
+
+def egraph_tables(egraph: EGraph) -> tuple[Any, dict[str, Any], dict[str, str]]:
+    """(egglog's e-graph, which decodes values; its frozen functions by egglog's name, each with
+    its rows of values; egglog's function names -> egglog-python's, "Term.dot", "shape")."""
+    raw = egraph._egraph
+    return raw, raw.freeze().functions, egraph._state.op_mapping()
+
+
+_COMMANDS: dict[tuple, object] = {}  # (ruleset, how it runs) -> egglog's command: the same in every e-graph
+
+
+@dataclass(frozen=True)
+class RunResult:
+    updated: bool
+    matches: dict[int, int]  # id of a rule's declaration -> its matches in this run (rules that matched)
+
+
+def ensure_registered(egraph: EGraph, ruleset: Ruleset) -> None:
+    """Add `ruleset`'s rules to `egraph` unless they are there (rulesets are never extended)."""
+    if ruleset.__egg_ident__ not in egraph._state.rulesets:
+        egraph._add_decls(ruleset)
+        egraph._state.ruleset_to_egg(ruleset.__egg_ident__)
+
+
+def run_ruleset(egraph: EGraph, ruleset: Ruleset, match_limit: int | None = None,
+                saturate: bool = False) -> RunResult:
+    """One run of `ruleset` (under `back_off(match_limit)` when given), or runs until it changes
+    nothing (`saturate`)."""
+    ensure_registered(egraph, ruleset)
+    key = (ruleset.__egg_ident__, match_limit, saturate)
+    if key not in _COMMANDS:
+        schedule = run(ruleset, scheduler=back_off(match_limit=match_limit)) if match_limit is not None \
+            else run(ruleset)
+        schedule = schedule.saturate() if saturate else schedule
+        egraph._add_decls(schedule)
+        _COMMANDS[key] = egraph._state.run_schedule_to_egg(schedule.schedule)
+    state = egraph._state
+    (output,) = state._run_program(_COMMANDS[key])
+    rules, matches = state.rule_name_to_command_decl, {}
+    for name, n in output.report.num_matches_per_rule.items():
+        if n:
+            matches[id(rules[name])] = matches.get(id(rules[name]), 0) + n
+    return RunResult(output.report.updated, matches)

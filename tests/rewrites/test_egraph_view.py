@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from costmodel.egraph_view import view_egraph
+from rewrites.egraph_view import view_egraph
 from rewrites.ingest import ingest
 from rewrites.kernel_seeds import seed_kernels
 from rewrites.schedule import FUSION_ONLY, SCHEDULES, Budget, saturate

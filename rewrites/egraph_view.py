@@ -16,6 +16,8 @@ from typing import Any
 
 from egglog import EGraph
 
+from rewrites.egglog_internals import egraph_tables
+
 TERM_PREFIX = "Term."
 BODY_PREFIX = "Body."
 ANALYSES = frozenset(["shape", "dtype", "result_dtype", "first_part_shape", "output", "positive", "literal_value",
@@ -147,9 +149,7 @@ class _Tables:
     them (`<sort>-<value>`, `function-<row>-<function>`), whose order breaks extraction's ties."""
 
     def __init__(self, egraph: EGraph):
-        self.raw = egraph._egraph
-        self.functions = self.raw.freeze().functions
-        self.names = egraph._state.op_mapping()  # egglog's function names -> egglog-python's ("Term.dot", "shape")
+        self.raw, self.functions, self.names = egraph_tables(egraph)
         self.decode = {"i64": self.raw.value_to_i64, "String": self.raw.value_to_string, "f64": self.raw.value_to_f64}
         self.ids: dict[Any, str] = {}  # of Term values only (another sort's value may be equal)
         self.values: dict[tuple, Any] = {}  # every dot of an e-graph reads the same few Vec literals

@@ -1,11 +1,44 @@
-"""Expressions and actions built as declarations are the ones egglog-python's own calls build."""
+"""egglog's internals behind one door: no module but rewrites/egglog_internals.py imports egglog's
+submodules or reads its underscore names; and the expressions and actions it builds as declarations
+are the ones egglog-python's own calls build."""
 from __future__ import annotations
+
+import re
+from pathlib import Path
 
 import pytest
 from egglog import EGraph, Vec, f64, i64, let, panic, set_, union
 
-from rewrites.direct import Direct, DirectConstructors, direct_union, register
+from rewrites.egglog_internals import Direct, DirectConstructors, direct_union, register
 from rewrites.terms import Body, Term, dtype, ivec, literal_value, output, shape, slot_lo
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGES = ("wire", "rewrites", "costmodel", "lowering", "validation", "service", "bench")
+DOOR = Path("rewrites/egglog_internals.py")
+# an egglog submodule imported, or an underscore (or dunder) attribute, or a rule's `.decl`, read
+INTERNALS = re.compile(r"^\s*(from\s+egglog\.\w+\s+import|import\s+egglog\.\w+)|"
+                       r"\._(state|egraph|add_decls|run_program)\b|__egg_\w+__|\.rule\.decl\b", re.M)
+
+
+def _internals_used(text: str) -> list[str]:
+    return [m.group(0).strip() for m in INTERNALS.finditer(text)]
+
+
+def test_only_the_door_touches_egglog_internals():
+    used = {str(path.relative_to(REPO)): found for package in PACKAGES for path in sorted((REPO / package).rglob("*.py"))
+            if path.relative_to(REPO) != DOOR and (found := _internals_used(path.read_text(encoding="utf-8")))}
+    assert used == {}
+
+
+def test_the_door_check_sees_each_kind_of_internal():
+    assert _internals_used("from egglog.declarations import CallDecl") == ["from egglog.declarations import"]
+    assert _internals_used("import egglog.runtime") == ["import egglog.runtime"]
+    assert _internals_used("x = egraph._state.op_mapping()")
+    assert _internals_used("raw = egraph._egraph") and _internals_used("t = e.__egg_typed_expr__")
+    assert _internals_used("ids = {id(r.rule.decl) for r in rules}")
+    assert _internals_used("from egglog import EGraph, Ruleset\nrun = egraph.run(rules)") == []
+    assert (REPO / DOOR).is_file() and _internals_used((REPO / DOOR).read_text(encoding="utf-8"))
+
 
 TERMS, BODIES = DirectConstructors(Term), DirectConstructors(Body)
 A, B = Term.var(0), Term.var(1)
