@@ -214,12 +214,15 @@ def _sweep(args: argparse.Namespace) -> int:
                                     detail=detail)
             result = reply.json()
         else:
+            from costmodel.profile import resolve_profile
+            from service.optimizer.options import OptimizeOptions
             from service.optimizer.progress import listening
             from service.optimizer.sweep import SweepError, sweep
 
             try:
+                hardware, options = resolve_profile(body["hardware"]), OptimizeOptions.coerce(body["options"]).resolved()
                 with listening(progress):
-                    result = sweep(body["program"], body["hardware"], params, body["options"])
+                    result = sweep(body["program"], hardware, params, options)
             except SweepError as exc:
                 raise OptimizeError(str(exc), status=422, detail={"field": exc.field, "message": str(exc)}) from None
     print(json.dumps(result, indent=2) if args.json else sweep_table(result))

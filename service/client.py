@@ -99,9 +99,9 @@ def debug_programs(original: dict[str, Any], optimized: dict[str, Any], *, kerne
 
     settings = get_settings()
     with _client_errors("debug"):
-        return debug.debug(original, optimized, kernels, rewrites, resolve_hardware(hardware, settings.default_hardware),
-                           request_options(options, settings), bisect_rules, seed, provenance=provenance,
-                           bisect_time_limit_s=bisect_time_limit_s)
+        return debug.debug(original, optimized, resolve_hardware(hardware, settings.default_hardware),
+                           request_options(options, settings), kernels, rewrites, bisect_rules, seed,
+                           provenance=provenance, bisect_time_limit_s=bisect_time_limit_s)
 
 
 @contextmanager

@@ -46,8 +46,9 @@ class UnknownHardware(LookupError):
         return f"no hardware profile named {self.name!r}; known: {', '.join(list_profiles())}"
 
 
-def resolve_hardware(hardware: str | dict | None, default: str) -> str | HardwareProfile:
-    """A shipped profile name, or a validated inline profile. Paths are refused so a request
+def resolve_hardware(hardware: str | dict | None, default: str) -> HardwareProfile:
+    """The profile a request names (a shipped one), sends inline (validated) or derives from a
+    shipped one by overrides; parsed here once, at the boundary. Paths are refused so a request
     cannot make the server read arbitrary files (load_profile accepts paths)."""
     name = default if hardware is None else hardware
     if isinstance(name, dict) and set(name) <= {"base", "overrides"}:
@@ -55,13 +56,12 @@ def resolve_hardware(hardware: str | dict | None, default: str) -> str | Hardwar
         overrides = name.get("overrides") or {}
         if not isinstance(overrides, dict):
             raise ProfileError("hardware.overrides must be an object of dotted field names", field="overrides")
-        base = resolve_hardware(name.get("base"), default)
-        return with_overrides(base if isinstance(base, HardwareProfile) else load_profile(base), overrides)
+        return with_overrides(resolve_hardware(name.get("base"), default), overrides)
     if isinstance(name, dict):
         return profile_from_dict(name, source="request hardware")
     if name not in list_profiles():
         raise UnknownHardware(name)
-    return name
+    return load_profile(name)
 
 
 def count_equations(program: dict[str, Any]) -> int:

@@ -24,9 +24,8 @@ def add_debug_routes(app: FastAPI, settings: Settings) -> None:
         within `bisect_time_limit_s`)."""
         original = program_within_limits(body.original, settings, "original")
         optimized = program_within_limits(body.optimized, settings, "optimized")
-        return debug(original, optimized, body.kernels, body.rewrites,
-                     resolve_hardware(body.hardware, settings.default_hardware),
-                     request_options(body.options, settings), body.bisect_rules, body.seed,
+        return debug(original, optimized, resolve_hardware(body.hardware, settings.default_hardware),
+                     request_options(body.options, settings), body.kernels, body.rewrites, body.bisect_rules, body.seed,
                      provenance=body.provenance,
                      bisect_time_limit_s=min(body.bisect_time_limit_s or settings.max_time_limit_s,
                                              settings.max_time_limit_s))

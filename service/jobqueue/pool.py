@@ -289,8 +289,8 @@ class WorkerPool:
             await asyncio.sleep(RESPAWN_BACKOFF_S)
 
     # -- requests ------------------------------------------------------------------------------
-    async def submit(self, program: dict[str, Any], hardware: str | dict | HardwareProfile | None,
-                     options: OptimizeOptions | dict | None, on_progress: Listener | None = None,
+    async def submit(self, program: dict[str, Any], hardware: HardwareProfile,
+                     options: OptimizeOptions, on_progress: Listener | None = None,
                      ticket: Ticket | None = None, bounded: bool = True) -> dict[str, Any]:
         """`pipeline.optimize` in a worker, its progress reports handed to `on_progress` (on a pool
         thread). Raises what the pipeline raised (client errors keep their type and fields),
@@ -299,7 +299,6 @@ class WorkerPool:
         if self._idle is None or self._stopping:
             raise WorkerDied("the worker pool is not running")
         # Options as the caller resolved them (a server applies its defaults and caps first).
-        options = OptimizeOptions.coerce(options).resolved()
         if bounded and self._idle.empty() and self._waiting >= self.queue_depth:
             # a request takes about its time limit: by then a worker is likely free
             raise QueueFull(self.queue_depth, retry_after_s=max(1, round(options.time_limit_s)))

@@ -17,6 +17,7 @@ import redis
 from celery import Task
 from celery.exceptions import Ignore
 
+from costmodel.profile import resolve_profile
 from service.jobqueue.broker import (ACTIVE, HEARTBEAT_FILE, MAX_ATTEMPTS, QUEUE, REDELIVERIES, TASK, WORKER_PREFIX,
                                      JobKeys, Timing, beat, queue_app)
 from service.jobqueue.pool import Cancelled, Ticket, WorkerDied, WorkerProcess, answer
@@ -116,7 +117,7 @@ class QueueWorker:
 
     def _run(self, task: Task, running: _Running, program: dict[str, Any], hardware: Any,
              options: dict[str, Any]) -> dict[str, Any]:
-        request = (program, hardware, OptimizeOptions.coerce(options).resolved())
+        request = (program, resolve_profile(hardware), OptimizeOptions.coerce(options).resolved())  # parsed once, here
         deadline_s = request[2].time_limit_s + self.deadline_grace_s
         self._running = running
         try:

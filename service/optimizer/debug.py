@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from costmodel.profile import HardwareProfile, resolve_profile
+from costmodel.profile import HardwareProfile
 from lowering.kernels import CONVENTIONAL, build_kernel_program
 from rewrites.registry import NamedRule
 from rewrites.schedule import ALGEBRA_RULE_NAMES
@@ -94,10 +94,9 @@ class DebugResponse(BaseModel):
     bisection: Bisection | None = Field(None, description="present when bisect_rules was asked")
 
 
-def debug(original: dict[str, Any], optimized: dict[str, Any],
+def debug(original: dict[str, Any], optimized: dict[str, Any], hardware: HardwareProfile, options: OptimizeOptions,
           kernels: list[dict[str, Any] | DebugKernelSpec] | None = None,
-          rewrites: dict[str, int] | None = None, hardware: str | dict | HardwareProfile | None = None,
-          options: OptimizeOptions | dict | None = None, bisect_rules: bool = False, seed: int = 0,
+          rewrites: dict[str, int] | None = None, bisect_rules: bool = False, seed: int = 0,
           extra_rules: Sequence[NamedRule] = (), provenance: dict[str, str] | None = None,
           bisect_time_limit_s: float | None = None) -> dict[str, Any]:
     """The debugger's report on `optimized` against `original`; WireError (a 422) naming the field
@@ -108,7 +107,7 @@ def debug(original: dict[str, Any], optimized: dict[str, Any],
         kernels = [DebugKernelSpec.model_validate(k).model_dump() for k in kernels]
         _check_kernels(optimized, kernels)
     else:
-        lowered = build_kernel_program(optimized, resolve_profile(hardware), CONVENTIONAL)
+        lowered = build_kernel_program(optimized, hardware, CONVENTIONAL)
         kernels = [*({**k.to_dict(), "precompute": True} for k in lowered.precompute),
                    *(k.to_dict() for k in lowered.kernels)]
     try:
@@ -133,14 +132,14 @@ def _check_kernels(optimized: dict[str, Any], kernels: list[dict[str, Any]]) -> 
                                 field=f"kernels[{k}].{part}")
 
 
-def bisect(original: dict[str, Any], hardware: str | dict | HardwareProfile | None,
-           options: OptimizeOptions | dict | None, extra_rules: Sequence[NamedRule] = (), seed: int = 0,
+def bisect(original: dict[str, Any], hardware: HardwareProfile, options: OptimizeOptions,
+           extra_rules: Sequence[NamedRule] = (), seed: int = 0,
            time_limit_s: float | None = None) -> dict[str, Any]:
     """Delta debugging over the rules that fire when `original` is optimized: each subset is
     optimized with only its rules (the others excluded through the options) and validated. After
     `time_limit_s` no further subset is tried: the smallest failing one so far is the answer."""
     deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
-    options = OptimizeOptions.coerce(options).model_copy(update={"validate_result": False})
+    options = options.model_copy(update={"validate_result": False})
     extra = {r.name: r for r in extra_rules}
 
     def optimized_with(rules: frozenset[str]) -> dict[str, Any]:

@@ -58,14 +58,13 @@ def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | N
     """Optimize a wire program; raises WireError (a 422) if it does not type-check. Every stage
     computes in the precision the program declares (64-bit types stay 64-bit). `extra_rules` run
     beside the algebra's own (in-process only; the request id does not name them)."""
+    profile, options = resolve_profile(hardware), OptimizeOptions.coerce(options).resolved()  # parsed once, here
     with CALLER_HEAP.out_of_sight(), declared_precision(program):
-        return _optimize(program, hardware, options, extra_rules)
+        return _optimize(program, profile, options, extra_rules)
 
 
-def _optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | None,
-              options: OptimizeOptions | dict | None, extra_rules: Sequence[NamedRule]) -> dict[str, Any]:
-    options = OptimizeOptions.coerce(options).resolved()
-    profile = resolve_profile(hardware)
+def _optimize(program: dict[str, Any], profile: HardwareProfile, options: OptimizeOptions,
+              extra_rules: Sequence[NamedRule]) -> dict[str, Any]:
     identity = canonical_request_id(program, profile, options)  # before the loops' share of the time limit is taken
     timings: dict[str, float] = {}
     with stage(timings, "typecheck"):
@@ -136,12 +135,11 @@ def _optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | 
     return response
 
 
-def original_response(program: dict[str, Any], hardware: str | dict | HardwareProfile | None,
-                      options: OptimizeOptions, note: str) -> dict[str, Any]:
+def original_response(program: dict[str, Any], profile: HardwareProfile, options: OptimizeOptions,
+                      note: str) -> dict[str, Any]:
     """The response returning `program` unchanged without searching (a worker killed at its
     deadline): estimates from lowering alone, which is cheap; nothing to validate."""
     start = time.perf_counter()
-    profile = resolve_profile(hardware)
     naive = build_kernel_program(program, profile, NAIVE)
     written = baseline_program(program, options)
     baseline = baseline_kernels(written, profile)

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from costmodel.profile import HardwareProfile, resolve_profile
+from costmodel.profile import HardwareProfile
 from service import VERSION
 from service.optimizer.options import OptimizeOptions
 from wire.format import is_nested_program
@@ -80,11 +80,10 @@ def code_fingerprint() -> str:
     return digest.hexdigest()[:16]
 
 
-def canonical_request_id(program: dict[str, Any], profile: str | dict | HardwareProfile | None,
-                         options: OptimizeOptions | dict | None) -> str:
-    """Hash of the canonical request: program up to internal renaming, its interface names,
-    the resolved hardware profile, the options, the project version and the code fingerprint."""
-    profile, options = resolve_profile(profile), OptimizeOptions.coerce(options).resolved()
+def canonical_request_id(program: dict[str, Any], profile: HardwareProfile, options: OptimizeOptions) -> str:
+    """Hash of the canonical request: program up to internal renaming, its interface names, the
+    hardware profile, the options as run (every limit resolved, so leaving one unset and giving
+    its default name the same request), the project version and the code fingerprint."""
     interface = [[s.get("name") for s in program.get("inputs", [])], program.get("outputs", [])]
     canonical = json.dumps([_canonical_program(program), interface, profile.costs(),
                             options.model_dump(mode="json"), VERSION, code_fingerprint()],

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from costmodel.op_cost import GEMM_OPS, gemm_dims
-from costmodel.profile import HardwareProfile, ProfileError, resolve_profile, with_overrides
+from costmodel.profile import HardwareProfile, ProfileError, with_overrides
 from lowering.kernels import avals_of
 from service.optimizer import pipeline
 from service.optimizer.options import OptimizeOptions
@@ -69,10 +69,10 @@ def gemm_shapes(program: dict[str, Any]) -> list[str]:
     return shapes
 
 
-def sweep(program: dict[str, Any], hardware: str | dict | HardwareProfile | None,
-          params: dict[str, list[Any]], options: OptimizeOptions | dict | None = None) -> dict[str, Any]:
-    """Optimize `program` at every grid point of `params` (dotted profile fields -> values)."""
-    base = resolve_profile(hardware)
+def sweep(program: dict[str, Any], base: HardwareProfile, params: dict[str, list[Any]],
+          options: OptimizeOptions) -> dict[str, Any]:
+    """Optimize `program` at every grid point of `params` (dotted profile fields -> values of
+    `base`'s)."""
     points = []
     grid = sweep_grid(base, params)
     for k, (overrides, profile) in enumerate(grid):

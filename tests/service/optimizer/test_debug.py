@@ -11,9 +11,11 @@ import pytest
 from egglog import i64, rewrite, var
 from pydantic import ValidationError
 
+from costmodel.profile import load_profile
 from rewrites.registry import NamedRule
 from rewrites.terms import Term
 from service.optimizer.debug import bisect, debug
+from service.optimizer.options import OptimizeOptions
 from service.optimizer.pipeline import optimize
 from wire.capture import capture
 from wire.format import WireError
@@ -39,8 +41,9 @@ def test_the_debugger_names_the_unsound_rule_and_the_kernel_it_built():
     original = capture(_layer, *ARGS)
     response = optimize(original, "optu-v1", {"validate": False}, [TANH_IS_IDENTITY])
     assert "tanh" not in {e["op"] for e in response["program"]["eqns"]}  # the rule fired and was chosen
-    report = debug(original, response["program"], _kernels(response), response["report"]["rewrites"], "optu-v1",
-                   None, bisect_rules=True, extra_rules=[TANH_IS_IDENTITY], provenance=response["provenance"])
+    report = debug(original, response["program"], load_profile("optu-v1"), OptimizeOptions(), _kernels(response),
+                   response["report"]["rewrites"], bisect_rules=True, extra_rules=[TANH_IS_IDENTITY],
+                   provenance=response["provenance"])
     assert report["validation"]["status"] == "failed"
     first = report["first_divergent"]
     outputs = {o["stands_for"]: o for o in first["outputs"]}
@@ -57,7 +60,8 @@ def test_the_debugger_names_the_unsound_rule_and_the_kernel_it_built():
 
 def test_a_bisection_out_of_time_answers_the_failing_rules_it_has_marked_time_limit():
     original = capture(_layer, *ARGS)
-    found = bisect(original, "optu-v1", None, [TANH_IS_IDENTITY], time_limit_s=1e-9)  # the whole set, then stop
+    # the whole set, then stop
+    found = bisect(original, load_profile("optu-v1"), OptimizeOptions(), [TANH_IS_IDENTITY], time_limit_s=1e-9)
     assert found["status"] == "time_limit" and found["configurations"] == 1
     assert "test-tanh-is-identity" in found["rules"] and found["kernel"] is not None
 
@@ -66,7 +70,7 @@ def test_programs_with_different_signatures_are_refused_naming_the_field():
     original = capture(_layer, *ARGS)
     other = capture(lambda a, w1, w2, b: _layer(a, w1, w2[:, :4], b), *ARGS)
     with pytest.raises(WireError) as err:
-        debug(original, other)
+        debug(original, other, load_profile("optu-v1"), OptimizeOptions())
     assert err.value.field == "optimized.outputs[1]" and "float32[16, 4]" in err.value.message
 
 

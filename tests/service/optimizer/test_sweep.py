@@ -10,13 +10,16 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from costmodel.profile import ProfileError
+from costmodel.profile import ProfileError, load_profile
 from service.cli import main
 from service.http.app import create_app
+from service.optimizer.options import OptimizeOptions
 from service.optimizer.sweep import MAX_POINTS, sweep
 from wire.capture import capture
 
-NO_VALIDATION = {"validate": False}
+NO_VALIDATION = {"validate": False}  # as a request sends it
+UNVALIDATED = OptimizeOptions.model_validate(NO_VALIDATION)
+OPTU_V1 = load_profile("optu-v1")
 
 
 @functools.cache
@@ -34,7 +37,7 @@ LOAD_FLIP = chain(128, 256, 1024, 256)
 
 
 def test_core_size_changes_the_chosen_matmul_order():
-    result = sweep(ROWS_FLIP, "optu-v1", {"gemm.rows": [64, 128, 256]}, NO_VALIDATION)
+    result = sweep(ROWS_FLIP, OPTU_V1, {"gemm.rows": [64, 128, 256]}, UNVALIDATED)
     points = result["points"]
     assert [p["overrides"] for p in points] == [{"gemm.rows": r} for r in (64, 128, 256)]
     assert points[0]["gemms"] == ["16x128x1024", "16x1024x128"]  # left to right, as written
@@ -46,7 +49,7 @@ def test_core_size_changes_the_chosen_matmul_order():
 
 
 def test_weight_reprogramming_time_changes_the_chosen_matmul_order():
-    result = sweep(LOAD_FLIP, "optu-v1", {"gemm.weight_load_s": [2e-6, 1e-5, 1e-9]}, NO_VALIDATION)
+    result = sweep(LOAD_FLIP, OPTU_V1, {"gemm.weight_load_s": [2e-6, 1e-5, 1e-9]}, UNVALIDATED)
     digests = [p["program_digest"] for p in result["points"]]
     assert digests[0] == digests[1] != digests[2]  # only near-free weight loads flip the order
     times = [p["estimate"]["optimized"]["time_s"] for p in result["points"]]
@@ -54,8 +57,8 @@ def test_weight_reprogramming_time_changes_the_chosen_matmul_order():
 
 
 def test_two_parameter_grid_varies_the_first_slowest():
-    result = sweep(ROWS_FLIP, "optu-v1", {"gemm.rows": [64, 128], "gemm.weight_load_s": [2e-6, 1e-9]},
-                   NO_VALIDATION)
+    result = sweep(ROWS_FLIP, OPTU_V1, {"gemm.rows": [64, 128], "gemm.weight_load_s": [2e-6, 1e-9]},
+                   UNVALIDATED)
     assert [tuple(p["overrides"].values()) for p in result["points"]] == [
         (64, 2e-6), (64, 1e-9), (128, 2e-6), (128, 1e-9)]
 
@@ -69,7 +72,7 @@ def test_two_parameter_grid_varies_the_first_slowest():
 ])
 def test_bad_grids_raise_a_profile_error_naming_the_field(params, field):
     with pytest.raises(ProfileError) as err:
-        sweep(ROWS_FLIP, "optu-v1", params, NO_VALIDATION)
+        sweep(ROWS_FLIP, OPTU_V1, params, UNVALIDATED)
     assert err.value.field == field
 
 
