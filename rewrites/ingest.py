@@ -240,126 +240,140 @@ def ingest(program: dict[str, Any], alternatives: Sequence[dict[str, Any]] = (),
     """Load a (type-checked) wire program into an empty e-graph kept for `role`'s rules; each
     alternative (an equivalent program over the same inputs and consts) is loaded too, its outputs
     unioned with the program's."""
-    table = ParamsTable()
-    env: dict[str, Term] = {}
-    lets, analyses = [], []
-
-    def bind(name: str, term: Term, spec: dict[str, Any] | None, let: str) -> None:
-        """`spec` None: `term` is bound already, and its class has its shape and dtype."""
-        action, ref = deferred_let(let, term)
-        lets.append(action)
-        env[name] = ref
-        if spec is not None:
-            analyses.extend([SHAPE.set(ref, to=ivec(spec["shape"])), DTYPE.set(ref, to=spec["dtype"])])
-
-    literals: dict[tuple, Term] = {}
-
-    def arg_term(arg: Any) -> Term:
-        if isinstance(arg, str):
-            return env[arg]
-        key = (repr(arg["lit"]), arg["dtype"])
-        if key not in literals:
-            literals[key] = term = literal_term(arg)
-            analyses.extend([SHAPE.set(term, to=()), DTYPE.set(term, to=arg["dtype"]),
-                             LITERAL_VALUE.set(term, to=float(arg["lit"]))])
-        return literals[key]
-
-    # Merge-candidate numbering (terms.slot_lo): matmuls sharing an operand get consecutive slots
-    # unless one's other operand might depend on an earlier candidate (its topological level is
-    # higher than that candidate's), as in an RNN's recurrent h@W_h: merging those would make a
-    # cycle. Such a matmul starts a new run, one slot apart, so runs never look adjacent. A matmul
-    # whose other operand is already a concatenation is a merge result, not a candidate; one whose
-    # operand no other candidate shares has nothing to merge with and gets no slot (a chain's
-    # matmuls: four analysis facts each saved).
-    levels: dict[str, int] = {}
-    concatenated: set[str] = set()
-    runs: dict[tuple, list[int]] = {}  # (group, shared operand, dims) -> [next slot, lowest level in run]
-    is_candidate = lambda eqn: eqn["op"] == "dot_general" and len(eqn["in"]) == 2 or _ungrouped_conv(eqn)
-    sharing = Counter(key for eqn in program["eqns"] if is_candidate(eqn) for key, _ in _merge_keys(eqn))
-
-    def number_merge_candidates(eqn: dict[str, Any], level: int) -> None:
-        for key, other in _merge_keys(eqn):
-            if sharing[key] < 2 or other in concatenated:
-                continue
-            run = runs.setdefault(key, [0, level])
-            if isinstance(other, str) and levels.get(other, 0) >= run[1]:
-                run[0] += 1  # leave a gap: a new run
-                run[1] = level
-            slot = run[0]
-            run[0] += 1
-            run[1] = min(run[1], level)
-            ref = env[eqn["out"][0]["name"]]
-            analyses.extend([SLOT_LO.set(key[0], ref, to=slot), SLOT_HI.set(key[0], ref, to=slot)])
-
-    for i, spec in enumerate([*program["inputs"], *program.get("consts", [])]):
-        bind(spec["name"], TERMS.var(i), spec, f"x{i}")
-    leaves = dict(env)
-    # An equation computing what one loaded before did (same op and params over the same terms:
-    # mostly the alternatives' shared parts) is bound to that one's terms instead of new ones:
-    # egglog would find the same classes, and building a term costs ~0.3 ms in egglog-python.
-    first_binding: dict[str, str] = {s["name"]: f"x{i}" for i, s in enumerate([*program["inputs"],
-                                                                               *program.get("consts", [])])}
-    loaded: dict[tuple, list[tuple[Term, str]]] = {}
-
-    def load_eqns(tag: int) -> list[Term]:
-        for i, eqn in enumerate(programs[tag]["eqns"]):
-            ins = eqn["in"]
-            key = (eqn["op"], json.dumps(eqn.get("params"), sort_keys=True, default=str),
-                   tuple(first_binding[a] if isinstance(a, str) else json.dumps(a, sort_keys=True) for a in ins))
-            level = 1 + max((levels.get(a, 0) for a in ins if isinstance(a, str)), default=0)
-            reused = loaded.get(key)
-            if reused is not None:
-                terms = [ref for ref, _ in reused]
-            elif all(isinstance(a, str) or literal_roundtrips(a) for a in ins):
-                terms = encode_eqn(eqn, [arg_term(a) for a in ins], table)
-            else:
-                terms = _opaque_with_literal_args(eqn, table, env)
-            for k, (term, spec) in enumerate(zip(terms, eqn["out"])):
-                bind(spec["name"], term, None if reused else spec, let_name(tag, i, k))
-                first_binding[spec["name"]] = reused[k][1] if reused else let_name(tag, i, k)
-                levels[spec["name"]] = level
-            loaded.setdefault(key, [(env[o["name"]], first_binding[o["name"]]) for o in eqn["out"]])
-            if tag:  # merge numbering orders the program's own candidates; alternatives are never merged
-                continue
-            if is_candidate(eqn):
-                number_merge_candidates(eqn, level)
-            elif eqn["op"] == "concatenate":
-                concatenated.update(o["name"] for o in eqn["out"])
-        return [env[o] if isinstance(o, str) else arg_term(o) for o in programs[tag]["outputs"]]
-
-    def output_values(tag: int) -> list[tuple[str, frozenset[str]] | None]:
-        """Per output of programs[tag]: its value (by first binding) and the values strictly below
-        it; None for a literal output."""
-        producers = {o["name"]: eqn for eqn in programs[tag]["eqns"] for o in eqn["out"]}
-        found = []
-        for out in programs[tag]["outputs"]:
-            if not isinstance(out, str):
-                found.append(None)
-                continue
-            below, stack = set(), [a for a in producers[out]["in"] if isinstance(a, str)] if out in producers else []
-            while stack:
-                name = stack.pop()
-                if first_binding[name] not in below:
-                    below.add(first_binding[name])
-                    stack += [a for a in producers[name]["in"] if isinstance(a, str)] if name in producers else []
-            found.append((first_binding[out], frozenset(below)))
-        return found
-
-    programs, envs, loaded_outputs = [program, *alternatives], [], []
-    for tag in range(len(programs)):
-        env.clear()
-        env.update(leaves)
-        levels.clear()
-        loaded_outputs.append((load_eqns(tag), output_values(tag)))
-        envs.append(dict(env))
-    commands = [*lets, *analyses, *_output_unions(loaded_outputs)]
+    loader = _Loader(program, alternatives)
+    loaded_outputs, envs = [], []
+    for tag in range(len(loader.programs)):
+        loaded_outputs.append(loader.load(tag))
+        envs.append(dict(loader.env))
+    commands = [*loader.lets, *loader.analyses, *_output_unions(loaded_outputs)]
     egraph = open_egraph(role)
     try:
         register(egraph, commands)
     except BaseException:  # the caller gets no load to close
         close_egraph(egraph, role)
         raise
-    return LoadedProgram(egraph, table, programs, len(program["outputs"]), envs, role=role)
+    return LoadedProgram(egraph, loader.table, loader.programs, len(program["outputs"]), envs, role=role)
+
+
+class _Loader:
+    """The lets and analysis facts that load a program and its alternatives, built before any of
+    them reaches egglog (they are registered together, in one call)."""
+
+    def __init__(self, program: dict[str, Any], alternatives: Sequence[dict[str, Any]]):
+        self.programs = [program, *alternatives]
+        self.table = ParamsTable()
+        self.env: dict[str, Term] = {}  # of the program being loaded: wire name -> its term (its let)
+        self.lets: list[Action] = []
+        self.analyses: list[Action] = []
+        self.literals: dict[tuple, Term] = {}
+        # Merge-candidate numbering (terms.slot_lo): matmuls sharing an operand get consecutive slots
+        # unless one's other operand might depend on an earlier candidate (its topological level is
+        # higher than that candidate's), as in an RNN's recurrent h@W_h: merging those would make a
+        # cycle. Such a matmul starts a new run, one slot apart, so runs never look adjacent. A matmul
+        # whose other operand is already a concatenation is a merge result, not a candidate; one whose
+        # operand no other candidate shares has nothing to merge with and gets no slot (a chain's
+        # matmuls: four analysis facts each saved).
+        self.levels: dict[str, int] = {}
+        self.concatenated: set[str] = set()
+        self.runs: dict[tuple, list[int]] = {}  # (group, shared operand, dims) -> [next slot, lowest level in run]
+        self.sharing = Counter(key for eqn in program["eqns"] if _is_merge_candidate(eqn)
+                               for key, _ in _merge_keys(eqn))
+        leaves = [*program["inputs"], *program.get("consts", [])]
+        for i, spec in enumerate(leaves):
+            self.bind(spec["name"], TERMS.var(i), spec, f"x{i}")
+        self.leaves = dict(self.env)
+        # An equation computing what one loaded before did (same op and params over the same terms:
+        # mostly the alternatives' shared parts) is bound to that one's terms instead of new ones:
+        # egglog would find the same classes, and building a term costs ~0.3 ms in egglog-python.
+        self.first_binding: dict[str, str] = {s["name"]: f"x{i}" for i, s in enumerate(leaves)}
+        self.loaded: dict[tuple, list[tuple[Term, str]]] = {}
+
+    def bind(self, name: str, term: Term, spec: dict[str, Any] | None, let: str) -> None:
+        """`spec` None: `term` is bound already, and its class has its shape and dtype."""
+        action, ref = deferred_let(let, term)
+        self.lets.append(action)
+        self.env[name] = ref
+        if spec is not None:
+            self.analyses.extend([SHAPE.set(ref, to=ivec(spec["shape"])), DTYPE.set(ref, to=spec["dtype"])])
+
+    def arg_term(self, arg: Any) -> Term:
+        if isinstance(arg, str):
+            return self.env[arg]
+        key = (repr(arg["lit"]), arg["dtype"])
+        if key not in self.literals:
+            self.literals[key] = term = literal_term(arg)
+            self.analyses.extend([SHAPE.set(term, to=()), DTYPE.set(term, to=arg["dtype"]),
+                                  LITERAL_VALUE.set(term, to=float(arg["lit"]))])
+        return self.literals[key]
+
+    def number_merge_candidate(self, eqn: dict[str, Any], level: int) -> None:
+        for key, other in _merge_keys(eqn):
+            if self.sharing[key] < 2 or other in self.concatenated:
+                continue
+            run = self.runs.setdefault(key, [0, level])
+            if isinstance(other, str) and self.levels.get(other, 0) >= run[1]:
+                run[0] += 1  # leave a gap: a new run
+                run[1] = level
+            slot = run[0]
+            run[0] += 1
+            run[1] = min(run[1], level)
+            ref = self.env[eqn["out"][0]["name"]]
+            self.analyses.extend([SLOT_LO.set(key[0], ref, to=slot), SLOT_HI.set(key[0], ref, to=slot)])
+
+    def load(self, tag: int) -> tuple[list[Term], list[tuple[str, frozenset[str]] | None]]:
+        """programs[tag] bound over the shared leaves: its output terms and `output_values`."""
+        self.env.clear()
+        self.env.update(self.leaves)
+        self.levels.clear()
+        return self.load_eqns(tag), self.output_values(tag)
+
+    def load_eqns(self, tag: int) -> list[Term]:
+        for i, eqn in enumerate(self.programs[tag]["eqns"]):
+            ins = eqn["in"]
+            key = (eqn["op"], json.dumps(eqn.get("params"), sort_keys=True, default=str),
+                   tuple(self.first_binding[a] if isinstance(a, str) else json.dumps(a, sort_keys=True) for a in ins))
+            level = 1 + max((self.levels.get(a, 0) for a in ins if isinstance(a, str)), default=0)
+            reused = self.loaded.get(key)
+            if reused is not None:
+                terms = [ref for ref, _ in reused]
+            elif all(isinstance(a, str) or literal_roundtrips(a) for a in ins):
+                terms = encode_eqn(eqn, [self.arg_term(a) for a in ins], self.table)
+            else:
+                terms = _opaque_with_literal_args(eqn, self.table, self.env)
+            for k, (term, spec) in enumerate(zip(terms, eqn["out"])):
+                self.bind(spec["name"], term, None if reused else spec, let_name(tag, i, k))
+                self.first_binding[spec["name"]] = reused[k][1] if reused else let_name(tag, i, k)
+                self.levels[spec["name"]] = level
+            self.loaded.setdefault(key, [(self.env[o["name"]], self.first_binding[o["name"]]) for o in eqn["out"]])
+            if tag:  # merge numbering orders the program's own candidates; alternatives are never merged
+                continue
+            if _is_merge_candidate(eqn):
+                self.number_merge_candidate(eqn, level)
+            elif eqn["op"] == "concatenate":
+                self.concatenated.update(o["name"] for o in eqn["out"])
+        return [self.env[o] if isinstance(o, str) else self.arg_term(o) for o in self.programs[tag]["outputs"]]
+
+    def output_values(self, tag: int) -> list[tuple[str, frozenset[str]] | None]:
+        """Per output of programs[tag]: its value (by first binding) and the values strictly below
+        it; None for a literal output."""
+        producers = {o["name"]: eqn for eqn in self.programs[tag]["eqns"] for o in eqn["out"]}
+        found = []
+        for out in self.programs[tag]["outputs"]:
+            if not isinstance(out, str):
+                found.append(None)
+                continue
+            below, stack = set(), [a for a in producers[out]["in"] if isinstance(a, str)] if out in producers else []
+            while stack:
+                name = stack.pop()
+                if self.first_binding[name] not in below:
+                    below.add(self.first_binding[name])
+                    stack += [a for a in producers[name]["in"] if isinstance(a, str)] if name in producers else []
+            found.append((self.first_binding[out], frozenset(below)))
+        return found
+
+
+def _is_merge_candidate(eqn: dict[str, Any]) -> bool:
+    return eqn["op"] == "dot_general" and len(eqn["in"]) == 2 or _ungrouped_conv(eqn)
 
 
 def _opaque_with_literal_args(eqn: dict[str, Any], table: ParamsTable, env: dict[str, Term]) -> list[Term]:
