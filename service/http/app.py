@@ -1,38 +1,30 @@
-"""The HTTP boundary: FastAPI routes over `service.optimizer.pipeline`, body-size limit, and the error mapping
-that turns every client mistake into a 4xx."""
+"""The HTTP boundary, built by `create_app` (nothing is made at import): a router per resource
+(optimize, validate, hardware, ops, jobs, reports), the body-size limit, and the error mapping that
+turns every client mistake into a 4xx."""
 from __future__ import annotations
 
 import json
 from contextlib import asynccontextmanager
-from typing import Any
 
-import jax
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from pydantic_core import to_json
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from costmodel.profile import ProfileError, list_profiles, load_profile
+from costmodel.profile import ProfileError
 from service import VERSION
-from service.http import metrics
-from service.http.api_models import (HardwareSummary, OptimizeRequest, SweepRequest, UnknownHardware, error_status,
-                                     resolve_hardware)
+from service.http import (hardware_routes, job_routes, metrics, ops_routes, optimize_routes, report_routes,
+                          validate_routes)
+from service.http.api_models import UnknownHardware, error_status
 from service.http.auth import require_token
 from service.http.cache import ResultCache
-from service.http.debug_routes import add_debug_routes
-from service.http.job_routes import add_job_routes
-from service.http.optimize_request import prepare, program_within_limits, run
-from service.http.report_routes import add_report_routes
-from service.http.settings import Settings, get_settings, request_options
+from service.http.job_routes import JOB_ERRORS, job_store
+from service.http.settings import Settings, get_settings
 from service.jobqueue.jobs import QueueFull, WorkerDied, WorkerPool
-from service.optimizer.response import OptimizeResponse, SweepResponse
-from service.optimizer.sweep import SweepError, sweep
-from validation.translation import ValidateRequest, ValidateResponse, validate_programs
 from wire.format import FORMAT, WireError
 
 
@@ -77,10 +69,6 @@ class BodySizeLimit:
     async def _too_large(self, scope: Scope, receive: Receive, send: Send, size: str) -> None:
         detail = f"request body of {size} exceeds the limit of {self.max_bytes} bytes (OPTU_MAX_BODY_BYTES)"
         await JSONResponse({"detail": detail}, status_code=413)(scope, receive, send)
-
-
-def settings_of(request: Request) -> Settings:
-    return request.app.state.settings
 
 
 async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -163,93 +151,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.add_exception_handler(exc_type, _client_error)
     for exc_type in (QueueFull, WorkerDied):
         app.add_exception_handler(exc_type, _busy)
+    for exc_type, handler in JOB_ERRORS:
+        app.add_exception_handler(exc_type, handler)
     app.add_exception_handler(Exception, _internal_error)
-    _add_routes(app)
-    add_job_routes(app, settings)
-    add_report_routes(app)
-    add_debug_routes(app, settings)
+    app.state.jobs = job_store(app, settings)
+    app.state.metrics.watch(app.state.jobs)
+    for routes in (optimize_routes, validate_routes, hardware_routes, ops_routes, job_routes, report_routes):
+        app.include_router(routes.router)
     return app
-
-
-def _add_routes(app: FastAPI) -> None:
-    @app.post("/v1/optimize", response_model=OptimizeResponse, tags=["optimize"],
-              responses={400: {"description": "malformed JSON or unknown format version"},
-                         404: {"description": "unknown hardware profile name"},
-                         413: {"description": "body larger than OPTU_MAX_BODY_BYTES"},
-                         422: {"description": "program does not type-check (eqn, field, message), "
-                                              "too many equations, or invalid options/hardware"}})
-    async def optimize(body: OptimizeRequest, settings: Settings = Depends(settings_of)) -> Any:
-        # async so the worker pool is awaited on the loop; blocking steps (a large program's dump,
-        # cache I/O, in-process optimization) go to threads so /healthz stays responsive.
-        request = await prepare(body, settings)
-        if (hit := await run_in_threadpool(app.state.cache.get, request.key)) is not None:
-            return hit  # answered without computing
-        result = await run(app, request.program, request.hardware, request.options)
-        return await run_in_threadpool(app.state.cache.put, request.key, result)
-
-    @app.post("/v1/sweep", response_model=SweepResponse, tags=["optimize"],
-              responses={404: {"description": "unknown hardware profile name"},
-                         422: {"description": "more than 2 params or 25 points, an unknown or invalid "
-                                              "profile field (named), or a program that does not type-check"}})
-    def sweep_hardware(body: SweepRequest, settings: Settings = Depends(settings_of)) -> Any:
-        """Optimize the program at every point of a grid of profile overrides, re-extracting each."""
-        program = program_within_limits(body.program, settings)
-        hardware = resolve_hardware(body.hardware, settings.default_hardware)
-        try:
-            return sweep(program, hardware, body.params, request_options(body.options, settings))
-        except SweepError as exc:  # a ProfileError too, but the field lives in params, not hardware
-            raise HTTPException(422, {"field": exc.field, "message": str(exc)}) from None
-
-    @app.post("/v1/validate", response_model=ValidateResponse, tags=["validate"],
-              responses={422: {"description": "either program does not type-check, or their input or output "
-                                              "signatures differ (the field is named)"}})
-    def validate_candidate(body: ValidateRequest, settings: Settings = Depends(settings_of)) -> Any:
-        """Translation validation of any candidate against an original with the same signature."""
-        original = program_within_limits(body.original, settings, "original")
-        candidate = program_within_limits(body.candidate, settings, "candidate")
-        return validate_programs(original, candidate, body.fp_mode, body.seed)
-
-    @app.get("/v1/hardware", response_model=list[HardwareSummary], tags=["hardware"])
-    def hardware_list() -> list[HardwareSummary]:
-        return [HardwareSummary(name=n, description=load_profile(n).description) for n in list_profiles()]
-
-    @app.get("/v1/hardware/{name}", tags=["hardware"], responses={404: {"description": "unknown name"}})
-    def hardware_profile(name: str) -> dict[str, Any]:
-        if name not in list_profiles():
-            raise UnknownHardware(name)
-        return load_profile(name).model_dump()
-
-    @app.get("/healthz", tags=["ops"])
-    def healthz() -> dict[str, str]:
-        return {"status": "ok"}
-
-    @app.get("/readyz", tags=["ops"])
-    def readyz(settings: Settings = Depends(settings_of)) -> JSONResponse:
-        # Ready means a request could be served: the default profile loads and JAX has a backend.
-        try:
-            load_profile(settings.default_hardware)
-            backend = jax.default_backend()
-        except Exception as exc:  # any failure here means "not ready", reported, never raised
-            return JSONResponse({"status": "not ready", "reason": f"{type(exc).__name__}: {exc}"},
-                                status_code=503)
-        if (reason := app.state.jobs.unready_reason()) is not None:
-            return JSONResponse({"status": "not ready", "reason": reason}, status_code=503)
-        pool: WorkerPool | None = app.state.pool
-        if pool is not None and not pool.ready():
-            return JSONResponse({"status": "not ready", "reason": "no worker process is up yet",
-                                 "workers": pool.status()}, status_code=503)
-        return JSONResponse({"status": "ready", "default_hardware": settings.default_hardware,
-                             "backend": backend, **({"workers": pool.status()} if pool else {})})
-
-
-app = create_app()
 
 
 def main() -> None:
     import uvicorn
 
     settings = get_settings()
-    uvicorn.run(app, host=settings.host, port=settings.port)
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port)
 
 
 if __name__ == "__main__":

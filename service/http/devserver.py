@@ -26,7 +26,7 @@ def free_port() -> int:
 def running_server(settings: dict[str, str] | None = None, *, ready_path: str = "/healthz",
                    timeout_s: float = 300.0, drop: tuple[str, ...] = (),
                    quiet: bool = False) -> Iterator[tuple[str, subprocess.Popen]]:
-    """(url, process) of `uvicorn service.http.app:app` with extra OPTU_* `settings` (and the variables
+    """(url, process) of `uvicorn --factory service.http.app:create_app` with extra OPTU_* `settings` (and the variables
     in `drop` removed), once `ready_path` answers 200; stopped on exit. Importing JAX in a cold
     process (and in each spawned worker) takes seconds, more on a loaded machine: `timeout_s` is
     only a hang guard."""
@@ -34,8 +34,8 @@ def running_server(settings: dict[str, str] | None = None, *, ready_path: str = 
     env = {k: v for k, v in os.environ.items() if k not in drop}
     env.update({"PYTHONPATH": str(REPO_ROOT), **(settings or {})})
     output = subprocess.DEVNULL if quiet else None
-    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "service.http.app:app", "--host", "127.0.0.1",
-                             "--port", str(port), "--log-level", "warning"],
+    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory", "service.http.app:create_app",
+                             "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
                             cwd=REPO_ROOT, env=env, stdout=output, stderr=output)
     url = f"http://127.0.0.1:{port}"
     try:

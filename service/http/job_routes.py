@@ -8,14 +8,14 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import redis
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from service.http.api_models import OptimizeRequest, failure_detail
 from service.http.optimize_request import prepare, run
-from service.http.settings import Settings
+from service.http.settings import Settings, settings_of
 from service.jobqueue.jobs import JobFinished, JobQueueFull, Jobs, NoResult, UnknownJob, open_jobs
 from service.optimizer.response import OptimizeResponse
 from wire.execute import typecheck
@@ -71,35 +71,42 @@ def job_store(app: FastAPI, settings: Settings) -> Jobs:
                      describe_failure=failure_detail, on_finish=app.state.metrics.job_finished)
 
 
-def add_job_routes(app: FastAPI, settings: Settings) -> None:
-    jobs = app.state.jobs = job_store(app, settings)
-    app.state.metrics.watch(jobs)
-    for exc_type, handler in ((UnknownJob, _unknown), (JobFinished, _finished), (NoResult, _no_result),
-                              (JobQueueFull, _full), (redis.RedisError, _queue_unreachable)):
-        app.add_exception_handler(exc_type, handler)
+# The job API's own errors, each as its status (the app registers them).
+JOB_ERRORS = ((UnknownJob, _unknown), (JobFinished, _finished), (NoResult, _no_result), (JobQueueFull, _full),
+              (redis.RedisError, _queue_unreachable))
 
-    @app.post("/v1/jobs", status_code=202, response_model=JobSubmitted, tags=["jobs"],
-              responses={422: {"description": "the program does not type-check, or invalid options/hardware "
-                                              "(as /v1/optimize)"},
-                         429: {"description": "OPTU_JOB_QUEUE_DEPTH jobs already queued or running"}})
-    async def submit(body: OptimizeRequest) -> Any:
-        request = await prepare(body, settings)
-        await run_in_threadpool(typecheck, request.program)  # a bad program is this 422, not a failed job
-        status = await jobs.submit(request.key, request.program, request.hardware, request.options)
-        return {**status, "status_url": f"/v1/jobs/{status['id']}", "result_url": f"/v1/jobs/{status['id']}/result"}
+router = APIRouter(tags=["jobs"])
 
-    @app.get("/v1/jobs/{job_id}", response_model=JobStatus, tags=["jobs"],
-             responses={404: {"description": "unknown job (or forgotten after OPTU_JOB_TTL_S)"}})
-    async def status(job_id: str) -> Any:
-        return await jobs.status(job_id)
 
-    @app.get("/v1/jobs/{job_id}/result", response_model=OptimizeResponse, tags=["jobs"],
-             responses={404: {"description": "unknown job"},
-                        409: {"description": "the job has not succeeded (yet): its state says why"}})
-    async def result(job_id: str) -> Any:
-        return await jobs.result(job_id)
+def _jobs(request: Request) -> Jobs:
+    return request.app.state.jobs
 
-    @app.delete("/v1/jobs/{job_id}", response_model=JobStatus, tags=["jobs"],
-                responses={404: {"description": "unknown job"}, 409: {"description": "the job already finished"}})
-    async def cancel(job_id: str) -> Any:
-        return await jobs.cancel(job_id)
+
+@router.post("/v1/jobs", status_code=202, response_model=JobSubmitted,
+             responses={422: {"description": "the program does not type-check, or invalid options/hardware "
+                                             "(as /v1/optimize)"},
+                        429: {"description": "OPTU_JOB_QUEUE_DEPTH jobs already queued or running"}})
+async def submit(body: OptimizeRequest, jobs: Jobs = Depends(_jobs), settings: Settings = Depends(settings_of)) -> Any:
+    request = await prepare(body, settings)
+    await run_in_threadpool(typecheck, request.program)  # a bad program is this 422, not a failed job
+    status = await jobs.submit(request.key, request.program, request.hardware, request.options)
+    return {**status, "status_url": f"/v1/jobs/{status['id']}", "result_url": f"/v1/jobs/{status['id']}/result"}
+
+
+@router.get("/v1/jobs/{job_id}", response_model=JobStatus,
+            responses={404: {"description": "unknown job (or forgotten after OPTU_JOB_TTL_S)"}})
+async def status(job_id: str, jobs: Jobs = Depends(_jobs)) -> Any:
+    return await jobs.status(job_id)
+
+
+@router.get("/v1/jobs/{job_id}/result", response_model=OptimizeResponse,
+            responses={404: {"description": "unknown job"},
+                       409: {"description": "the job has not succeeded (yet): its state says why"}})
+async def result(job_id: str, jobs: Jobs = Depends(_jobs)) -> Any:
+    return await jobs.result(job_id)
+
+
+@router.delete("/v1/jobs/{job_id}", response_model=JobStatus,
+               responses={404: {"description": "unknown job"}, 409: {"description": "the job already finished"}})
+async def cancel(job_id: str, jobs: Jobs = Depends(_jobs)) -> Any:
+    return await jobs.cancel(job_id)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
+from fastapi import Request
 from pydantic import field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -63,3 +64,8 @@ def request_options(options: OptimizeOptions | dict[str, Any] | None, settings: 
         "time_limit_s": min(options.time_limit_s or settings.default_time_limit_s, settings.max_time_limit_s),
         "node_limit": min(options.node_limit or settings.default_node_limit, settings.max_node_limit),
         "iter_limit": min(options.iter_limit, settings.max_iter_limit)})
+
+
+def settings_of(request: Request) -> Settings:
+    """The settings of the app serving `request` (a route's dependency)."""
+    return request.app.state.settings

@@ -330,3 +330,18 @@ def test_only_the_app_the_client_and_the_cli_read_process_settings():
         if any(isinstance(n, ast.Name) and n.id == "get_settings" for n in ast.walk(tree)):
             readers.add(path.name)
     assert readers <= {"app.py", "client.py", "cli.py", "settings.py"}, readers
+
+
+@pytest.mark.integration  # a fresh interpreter: what importing the module does, alone
+def test_importing_the_app_module_builds_no_app_and_creates_no_directory(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    cache = tmp_path / "cache"
+    code = "import service.http.app as m; assert not hasattr(m, 'app'), 'an app made at import'"
+    env = {**os.environ, "OPTU_CACHE_DIR": str(cache), "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120, cwd=tmp_path, env=env)
+    assert not cache.exists()
+    create_app(Settings(cache_dir=str(cache), workers=0))  # the factory is what makes one
+    assert cache.is_dir()
