@@ -211,100 +211,123 @@ def find_regions(original: dict[str, Any], optimized: dict[str, Any], table: Val
     grown upward until it reaches values known to equal an original value (identical computation,
     a pair, a value an earlier check showed equal to it: `verified`, by number in `table`, or a
     unique match of the operand structure). None when no pairing exists."""
-    table, verified = table or ValueTable(), verified or {}
+    table = table or ValueTable()
     o_num, p_num = _Numbered(original, table), _Numbered(optimized, table)
-    relied: set[int] = set()
     if [o_num.aval[s["name"]] for s in original["inputs"]] != [p_num.aval[s["name"]] for s in optimized["inputs"]] \
             or len(original["outputs"]) != len(optimized["outputs"]):
         return None
-    pairs: set[tuple[str, str]] = set()
-    partner: dict[str, str] = {}  # optimized value -> an original value it must equal
-    roots: list[tuple[str, str]] = []
-    o_keys = set(o_num.key.values())
-    by_structure: dict[tuple[int, str], list[str]] = {}
-    for name in o_num.producer:
-        for depth in STRUCTURE_DEPTHS:
-            by_structure.setdefault((depth, o_num.structure(name, depth)), []).append(name)
+    pairing = _Pairing(o_num, p_num, verified or {})
+    try:
+        pairing.settle(list(zip(original["outputs"], optimized["outputs"])))
+        groups = pairing.grown_regions(optimized)
+    except _NoPlan:
+        return None
+    return pairing.plan(optimized, groups)
 
-    def settle(stack: list[tuple[Any, Any]]) -> None:
+
+class _Pairing:
+    """Optimized values paired with the original values they must equal, and the roots of the
+    rewritten regions where the two programs' equations stop matching."""
+
+    def __init__(self, o_num: _Numbered, p_num: _Numbered, verified: Mapping[int, str]):
+        self.o_num, self.p_num, self.verified = o_num, p_num, verified
+        self.relied: set[int] = set()  # numbers of `verified` values the plan relies on
+        self.pairs: set[tuple[str, str]] = set()
+        self.partner: dict[str, str] = {}  # optimized value -> an original value it must equal
+        self.roots: list[tuple[str, str]] = []
+        self.o_keys = set(o_num.key.values())
+        self.by_structure: dict[tuple[int, str], list[str]] = {}
+        for name in o_num.producer:
+            for depth in STRUCTURE_DEPTHS:
+                self.by_structure.setdefault((depth, o_num.structure(name, depth)), []).append(name)
+
+    def settle(self, stack: list[tuple[Any, Any]]) -> None:
+        """Pair each (original, optimized) value on `stack` and, through equal equations, their
+        operands; a pair whose equations differ is a region's root. _NoPlan when a pair cannot be."""
+        o_num, p_num = self.o_num, self.p_num
         while stack:
             o, p = stack.pop()
             if not isinstance(o, str) or not isinstance(p, str):
                 if _canon(o) != _canon(p):
                     raise _NoPlan
                 continue
-            if (o, p) in pairs:
+            if (o, p) in self.pairs:
                 continue
-            pairs.add((o, p))
-            partner.setdefault(p, o)
+            self.pairs.add((o, p))
+            self.partner.setdefault(p, o)
             if o_num.key[o] == p_num.key[p]:
                 continue
-            if verified.get(p_num.key[p]) == o:
-                relied.add(p_num.key[p])
+            if self.verified.get(p_num.key[p]) == o:
+                self.relied.add(p_num.key[p])
                 continue
             if o_num.aval[o] != p_num.aval[p]:
                 raise _NoPlan
             kids = _operand_pairs(o, p, o_num, p_num)
             if kids is None:
-                roots.append((o, p))
+                self.roots.append((o, p))
             else:
                 stack.extend(kids)
 
-    def known(p: str) -> bool:
-        if p in partner or p in p_num.consts:
+    def known(self, p: str) -> bool:
+        """Whether optimized value `p` is known to equal an original value (pairing it if so)."""
+        o_num, p_num = self.o_num, self.p_num
+        if p in self.partner or p in p_num.consts:
             return True
-        if p_num.key[p] in o_keys:
-            partner[p] = o_num.by_key[p_num.key[p]]
+        if p_num.key[p] in self.o_keys:
+            self.partner[p] = o_num.by_key[p_num.key[p]]
             return True
-        if p_num.key[p] in verified:
-            settle([(verified[p_num.key[p]], p)])
+        if p_num.key[p] in self.verified:
+            self.settle([(self.verified[p_num.key[p]], p)])
             return True
         for depth in STRUCTURE_DEPTHS:
-            candidates = by_structure.get((depth, p_num.structure(p, depth)), [])
+            candidates = self.by_structure.get((depth, p_num.structure(p, depth)), [])
             if len(candidates) == 1 and o_num.aval[candidates[0]] == p_num.aval[p]:
-                settle([(candidates[0], p)])
+                self.settle([(candidates[0], p)])
                 return True
         return False
 
-    try:
-        settle(list(zip(original["outputs"], optimized["outputs"])))
+    def grown_regions(self, optimized: dict[str, Any]) -> list[tuple[set[int], list[tuple[str, str]]]]:
+        """(equations, roots) of each region: from each root upward to known values, regions that
+        overlap merged."""
         groups: list[tuple[set[int], list[tuple[str, str]]]] = []
         done = 0
-        while done < len(roots):  # growing one region may pair values that open new roots
-            o_root, p_root = roots[done]
+        while done < len(self.roots):  # growing one region may pair values that open new roots
+            o_root, p_root = self.roots[done]
             done += 1
             members: set[int] = set()
-            todo = [p_root] if p_root in p_num.producer else []
+            todo = [p_root] if p_root in self.p_num.producer else []
             while todo:
-                i = p_num.producer[todo.pop()][0]
+                i = self.p_num.producer[todo.pop()][0]
                 if i in members:
                     continue
                 members.add(i)
-                todo.extend(a for a in optimized["eqns"][i]["in"] if isinstance(a, str) and not known(a))
+                todo.extend(a for a in optimized["eqns"][i]["in"] if isinstance(a, str) and not self.known(a))
             overlapping = [g for g in groups if g[0] & members]
             for g in overlapping:
                 groups.remove(g)
                 members |= g[0]
             groups.append((members, [r for g in overlapping for r in g[1]] + [(o_root, p_root)]))
-    except _NoPlan:
-        return None
+        return groups
 
-    def source(p: str) -> str:
+    def source(self, p: str) -> str:
         """The original value fed to a region input: an identical computation where there is one
         (a root fed its own claimed partner would check nothing), else its pair."""
-        return o_num.by_key[p_num.key[p]] if p_num.key[p] in o_keys else partner[p]
+        key = self.p_num.key[p]
+        return self.o_num.by_key[key] if key in self.o_keys else self.partner[p]
 
-    regions = []
-    for members, group_roots in groups:
-        order = sorted(members)
-        produced = {o["name"] for i in order for o in optimized["eqns"][i]["out"]}
-        needed = [a for i in order for a in optimized["eqns"][i]["in"]] + [p for _, p in group_roots]
-        boundary = list(dict.fromkeys(a for a in needed if isinstance(a, str) and a not in produced
-                                      and a not in p_num.consts))
-        regions.append(Region(order, group_roots, [(p, source(p)) for p in boundary]))
-    share = sum(len(r.eqns) for r in regions) / max(len(optimized["eqns"]), 1)
-    identical = {p: o_num.by_key[key] for p, key in p_num.key.items() if key in o_keys}
-    return RegionPlan(regions, share, p_num, o_num, {**partner, **identical}, relied)
+    def plan(self, optimized: dict[str, Any], groups: list[tuple[set[int], list[tuple[str, str]]]]) -> RegionPlan:
+        o_num, p_num = self.o_num, self.p_num
+        regions = []
+        for members, group_roots in groups:
+            order = sorted(members)
+            produced = {o["name"] for i in order for o in optimized["eqns"][i]["out"]}
+            needed = [a for i in order for a in optimized["eqns"][i]["in"]] + [p for _, p in group_roots]
+            boundary = list(dict.fromkeys(a for a in needed if isinstance(a, str) and a not in produced
+                                          and a not in p_num.consts))
+            regions.append(Region(order, group_roots, [(p, self.source(p)) for p in boundary]))
+        share = sum(len(r.eqns) for r in regions) / max(len(optimized["eqns"]), 1)
+        identical = {p: o_num.by_key[key] for p, key in p_num.key.items() if key in self.o_keys}
+        return RegionPlan(regions, share, p_num, o_num, {**self.partner, **identical}, self.relied)
 
 
 def equations_reaching(program: dict[str, Any], names: Iterable[str], stop: Iterable[str] = (),
