@@ -204,31 +204,9 @@ def extract_ilp(view: EGraphView, cost_of: Callable[[ENode], float], *,
         remaining = deadline - time.perf_counter()
         if remaining <= 0:
             break
-        rows, cols, vals = problem.base
-        lb, ub = [problem.base_lb], [problem.base_ub]
-        extra_r, extra_c, extra_v = [], [], []
-        r = problem.base_rows
-        if math.isfinite(warm_cost):  # cutoff: keeps the warm start feasible, prunes worse programs
-            nz = np.flatnonzero(problem.cost)
-            extra_r += [r] * len(nz)
-            extra_c += nz.tolist()
-            extra_v += (problem.cost[nz] / scale).tolist()
-            lb.append([-np.inf])
-            ub.append([warm_cost / scale * (1 + 1e-9) + 1e-6])
-            r += 1
-        for row_cols, coefs, limit in [*side_rows, *((cut, [1.0] * len(cut), len(cut) - 1.0) for cut in cut_rows)]:
-            extra_r += [r] * len(row_cols)
-            extra_c += row_cols
-            extra_v += coefs
-            lb.append([-np.inf])
-            ub.append([limit])
-            r += 1
-        A = coo_matrix((np.concatenate([vals, extra_v]),
-                        (np.concatenate([rows, np.array(extra_r, dtype=np.int64)]),
-                         np.concatenate([cols, np.array(extra_c, dtype=np.int64)]))),
-                       shape=(r, n + m)).tocsr()
-        res = milp(c, constraints=LinearConstraint(A, np.concatenate(lb), np.concatenate(ub)),
-                   integrality=integrality, bounds=bounds,
+        constraints = _constraints(problem, warm_cost / scale if math.isfinite(warm_cost) else None, scale,
+                                   [*side_rows, *((cut, [1.0] * len(cut), len(cut) - 1.0) for cut in cut_rows)])
+        res = milp(c, constraints=constraints, integrality=integrality, bounds=bounds,
                    options={"time_limit": max(remaining, 1e-3), "mip_rel_gap": mip_rel_gap,
                             **({} if node_limit is None else {"node_limit": node_limit})})
         rounds += 1
@@ -256,14 +234,47 @@ def extract_ilp(view: EGraphView, cost_of: Callable[[ENode], float], *,
 
     if find_cycles(view.roots, best_choice):
         raise AssertionError("extract_ilp produced a cyclic choice")  # never: both sources are acyclic
-    gap = None
-    if math.isfinite(lower_bound):
-        gap = max(0.0, (best_cost - lower_bound) / best_cost) if best_cost > 0 else 0.0
-        if gap < 1e-12:  # rounding of the scaled objective
-            gap = 0.0
-    return IlpExtraction(best_choice, best_cost, "ilp", optimality_gap=gap, status=status,
+    return IlpExtraction(best_choice, best_cost, "ilp", optimality_gap=_gap(best_cost, lower_bound), status=status,
                          cuts=len(cut_rows), solve_s=time.perf_counter() - start, rounds=rounds,
                          used_warm_start=best_from_warm)
+
+
+def _constraints(problem: _Problem, cutoff: float | None, scale: float,
+                 rows: list[tuple[list[int], list[float], float]]) -> LinearConstraint:
+    """The problem's own rows, the objective cutoff (scaled cost at most `cutoff`: keeps the warm
+    start feasible and prunes worse programs) and `rows` (columns, coefficients, upper limit)."""
+    base_rows, base_cols, base_vals = problem.base
+    lb, ub = [problem.base_lb], [problem.base_ub]
+    extra_r, extra_c, extra_v = [], [], []
+    r = problem.base_rows
+    if cutoff is not None:
+        nz = np.flatnonzero(problem.cost)
+        extra_r += [r] * len(nz)
+        extra_c += nz.tolist()
+        extra_v += (problem.cost[nz] / scale).tolist()
+        lb.append([-np.inf])
+        ub.append([cutoff * (1 + 1e-9) + 1e-6])
+        r += 1
+    for row_cols, coefs, limit in rows:
+        extra_r += [r] * len(row_cols)
+        extra_c += row_cols
+        extra_v += coefs
+        lb.append([-np.inf])
+        ub.append([limit])
+        r += 1
+    A = coo_matrix((np.concatenate([base_vals, extra_v]),
+                    (np.concatenate([base_rows, np.array(extra_r, dtype=np.int64)]),
+                     np.concatenate([base_cols, np.array(extra_c, dtype=np.int64)]))),
+                   shape=(r, problem.n + problem.m)).tocsr()
+    return LinearConstraint(A, np.concatenate(lb), np.concatenate(ub))
+
+
+def _gap(best_cost: float, lower_bound: float) -> float | None:
+    """The proven relative gap of `best_cost` over the solver's bound; None without a bound."""
+    if not math.isfinite(lower_bound):
+        return None
+    gap = max(0.0, (best_cost - lower_bound) / best_cost) if best_cost > 0 else 0.0
+    return 0.0 if gap < 1e-12 else gap  # below: rounding of the scaled objective
 
 
 def extract_auto(view: EGraphView, cost_of: Callable[[ENode], float], time_limit_s: float,

@@ -49,84 +49,92 @@ def emit_program(view: EGraphView, choice: dict[str, ENode], table: ParamsTable,
     """The wire program that computes the roots of `view` with one chosen node per e-class, and
     its equations grouped by the chosen node (kernel) they belong to. It keeps the original's
     inputs and consts, so `var` indices mean the same in it (see `without_unused_consts`)."""
-    leaves = [*original["inputs"], *original.get("consts", [])]
-    names: dict[str, Any] = {}
-    eqns: list[dict[str, Any]] = []
+    emitter = _Emitter(view, choice, table, original)
     groups: list[list[int]] = []
-    opaque_outs: dict[tuple, list[str]] = {}
+    for cid in emission_order(view, choice):
+        first = len(emitter.eqns)
+        emitter.emit(cid)
+        if len(emitter.eqns) > first:
+            groups.append(list(range(first, len(emitter.eqns))))
+    program = {"format": original["format"], "inputs": original["inputs"], "consts": original.get("consts", []),
+               "eqns": emitter.eqns, "outputs": [emitter.names[r] for r in view.roots]}
+    return EmittedProgram(program, groups, emitter.provenance)
 
-    provenance: dict[str, str] = {}
 
-    def out_spec(cid: str) -> dict[str, Any]:
-        cls = view.classes[cid]
-        name = f"t{len(eqns)}_{cid.rsplit('-', 1)[-1]}"
+class _Emitter:
+    """The equations of a selection, appended one chosen node at a time (operands first), and the
+    name (or literal) each emitted e-class has."""
+
+    def __init__(self, view: EGraphView, choice: dict[str, ENode], table: ParamsTable, original: dict[str, Any]):
+        self.view, self.choice, self.table, self.original = view, choice, table, original
+        self.leaves = [*original["inputs"], *original.get("consts", [])]
+        self.names: dict[str, Any] = {}
+        self.eqns: list[dict[str, Any]] = []
+        self.provenance: dict[str, str] = {}
+        self.opaque_outs: dict[tuple, list[str]] = {}
+        self.teed: dict[tuple, list[str]] = {}  # (body, tees) of an emitted kernel_tee -> the values it also writes
+
+    def out_spec(self, cid: str) -> dict[str, Any]:
+        cls = self.view.classes[cid]
+        name = f"t{len(self.eqns)}_{cid.rsplit('-', 1)[-1]}"
         if cls.original_values:
             eqn, out = cls.original_values[0]
-            provenance[name] = original["eqns"][eqn]["out"][out]["name"]
+            self.provenance[name] = self.original["eqns"][eqn]["out"][out]["name"]
         return {"name": name, "shape": list(cls.shape), "dtype": cls.dtype}
 
-    def emit_op(node: ENode | BodyNode, ins: list[Any]) -> str:
+    def emit_op(self, node: ENode | BodyNode, ins: list[Any]) -> str:
         """Equations computing one op (an idiom expands to several); returns the output name."""
-        cls = view.classes[node.eclass]
-        op, params = node_equation(node, cls, table)
-        spec = out_spec(node.eclass)
+        cls = self.view.classes[node.eclass]
+        op, params = node_equation(node, cls, self.table)
+        spec = self.out_spec(node.eclass)
         if op in IDIOMS:
-            avals = [(view.classes[c].shape, view.classes[c].dtype) for c in _operand_classes(node)]
-            eqns.extend(expand(op, params, ins, avals, spec["name"]))
+            avals = [(self.view.classes[c].shape, self.view.classes[c].dtype) for c in _operand_classes(node)]
+            self.eqns.extend(expand(op, params, ins, avals, spec["name"]))
         else:
-            eqns.append({"op": op, "in": ins, "out": [spec], "params": params})
+            self.eqns.append({"op": op, "in": ins, "out": [spec], "params": params})
         return spec["name"]
 
-    teed: dict[tuple, list[str]] = {}  # (body, tees) of an emitted kernel_tee -> names of the values it also writes
-
-    def emit_body(node: ENode) -> str:
+    def emit_body(self, node: ENode) -> str:
         local = {}
         for body in node.body_ops:
-            local[body] = emit_op(body, [names[o.eclass] if o.op == "arg" else local[o] for o in body.operands])
+            local[body] = self.emit_op(body, [self.names[o.eclass] if o.op == "arg" else local[o]
+                                              for o in body.operands])
         if node.op == "kernel_tee":
-            teed[node.attrs] = [local[t] for t in node.attrs[1]]
+            self.teed[node.attrs] = [local[t] for t in node.attrs[1]]
         return local[node.attrs[0]]
 
-    def emit(cid: str) -> None:
-        node = choice[cid]
-        if node.op == "var":
-            names[cid] = leaves[int(node.attrs[0])]["name"]
-            return
-        if node.op == "lit":
-            names[cid] = wire_literal(*node.attrs)
-            return
-        if node.op == "flit":
-            names[cid] = wire_literal(float_bits(node.attrs[0]), node.attrs[1])
-            return
-        if node.op in ("kernel", "kernel_tee"):
-            names[cid] = emit_body(node)
-            return
-        if node.op == "tee_out":
-            names[cid] = teed[node.attrs[:2]][node.attrs[2]]  # its kernel (a child) was emitted first
-            return
-        ins = [names[c] for c in node.children]
-        if node.op == "opaque":
-            key = (node.attrs[1], node.children)
-            if key not in opaque_outs:
-                entry = table.get(node.attrs[1])
-                base = len(eqns)
-                outs = [{"name": f"t{base}_o{k}", "shape": s, "dtype": d} for k, (s, d) in enumerate(entry["out"])]
-                for position, literal in entry.get("literals", []):
-                    ins.insert(position, literal)
-                eqns.append({"op": entry["primitive"], "in": ins, "out": outs, "params": entry["params"]})
-                opaque_outs[key] = [o["name"] for o in outs]
-            names[cid] = opaque_outs[key][int(node.attrs[2])]
-            return
-        names[cid] = emit_op(node, ins)
+    def emit(self, cid: str) -> None:
+        node = self.choice[cid]
+        self.names[cid] = self._emitted(node)
 
-    for cid in emission_order(view, choice):
-        first = len(eqns)
-        emit(cid)
-        if len(eqns) > first:
-            groups.append(list(range(first, len(eqns))))
-    program = {"format": original["format"], "inputs": original["inputs"], "consts": original.get("consts", []),
-               "eqns": eqns, "outputs": [names[r] for r in view.roots]}
-    return EmittedProgram(program, groups, provenance)
+    def _emitted(self, node: ENode) -> Any:
+        """What stands for `node`'s e-class in the program: a name, or a literal."""
+        if node.op == "var":
+            return self.leaves[int(node.attrs[0])]["name"]
+        if node.op == "lit":
+            return wire_literal(*node.attrs)
+        if node.op == "flit":
+            return wire_literal(float_bits(node.attrs[0]), node.attrs[1])
+        if node.op in ("kernel", "kernel_tee"):
+            return self.emit_body(node)
+        if node.op == "tee_out":
+            return self.teed[node.attrs[:2]][node.attrs[2]]  # its kernel (a child) was emitted first
+        ins = [self.names[c] for c in node.children]
+        if node.op == "opaque":
+            return self._opaque(node, ins)
+        return self.emit_op(node, ins)
+
+    def _opaque(self, node: ENode, ins: list[Any]) -> str:
+        key = (node.attrs[1], node.children)
+        if key not in self.opaque_outs:
+            entry = self.table.get(node.attrs[1])
+            base = len(self.eqns)
+            outs = [{"name": f"t{base}_o{k}", "shape": s, "dtype": d} for k, (s, d) in enumerate(entry["out"])]
+            for position, literal in entry.get("literals", []):
+                ins.insert(position, literal)
+            self.eqns.append({"op": entry["primitive"], "in": ins, "out": outs, "params": entry["params"]})
+            self.opaque_outs[key] = [o["name"] for o in outs]
+        return self.opaque_outs[key][int(node.attrs[2])]
 
 
 def without_unused_consts(program: dict[str, Any]) -> dict[str, Any]:
