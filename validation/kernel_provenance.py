@@ -1,5 +1,5 @@
 """What each optimized kernel stands for in the original: the original values its outputs must equal
-(the validator's value numbering, validation/regions.py), the original equations it replaces, and the
+(the validator's value numbering and pairing, validation/regions.py), the original equations it replaces, and the
 fired rules that can have shaped it (those whose patterns mention its ops or the ops it replaces)."""
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from typing import Any
 from rewrites.fusion import FUSION
 from rewrites.registry import NamedRule, pattern_ops
 from rewrites.schedule import ALL_FAMILIES
-from validation.regions import ValueTable, equations_reaching, find_regions
+from validation.regions import equations_reaching, find_regions
+from validation.value_numbering import ValueTable
 
 
 def stands_for(original: dict[str, Any], optimized: dict[str, Any],

@@ -1,4 +1,4 @@
-"""What value numbering (validation/regions.py) takes as the same computation beyond identical
+"""What value numbering (validation/value_numbering.py) takes as the same computation beyond identical
 equations: each equation is numbered by its normal form, an operand it equals or an equation
 computing the same. Every identity here is exact in IEEE arithmetic, bit for bit, except those
 said to hold in `real` numberings: identities of real arithmetic, which the real-arithmetic check

@@ -11,7 +11,8 @@ import numpy as np
 from validation.compare import tolerance_for
 from validation.inputs import Draw, InputDomain, InputDraws, nudged, nudges
 from validation.judge import Verdict, judge
-from validation.regions import Region, RegionPlan, ValueTable, cone, distinct_checks, find_regions, original_side
+from validation.regions import Region, RegionPlan, cone, distinct_checks, find_regions, original_side
+from validation.value_numbering import ValueTable
 from validation.widen import CannotWiden, check_jit, float64_callable, widened
 from wire.execute import program_to_callable
 

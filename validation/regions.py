@@ -1,119 +1,16 @@
-"""What the optimizer changed: value numbering across the original and the optimized program,
-the rewritten regions of the optimized one, and the original values that feed each region
-(translation validation checks those regions instead of whole programs, validation/validate.py)."""
+"""What the optimizer changed: the optimized program's values paired with the original's (over
+their value numbering, validation/value_numbering.py), the rewritten regions of the optimized one,
+and the original values that feed each region (translation validation checks those regions
+instead of whole programs, validation/validate.py)."""
 from __future__ import annotations
 
-import hashlib
-import itertools
 import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from validation.normal_forms import is_literal, literal_of, normal_form, unordered
+from validation.normal_forms import is_literal, unordered
+from validation.value_numbering import STRUCTURE_DEPTHS, Numbered, ValueTable, canon
 from wire.primitives import deterministic
-
-# Levels of operands hashed to recognise "the same value" across programs, deepest first: deep
-# hashes rarely collide, shallow ones still match just above a rewritten spot.
-STRUCTURE_DEPTHS = (6, 4, 3, 2)
-COMMUTATIVE = frozenset(["add", "mul", "max", "min", "and", "or", "xor", "eq", "ne"])  # operand structure hashes
-
-
-def _canon(x: Any) -> str:
-    if isinstance(x, dict):  # params: a None-valued key and an absent one mean the same
-        x = {k: v for k, v in x.items() if v is not None}
-    return json.dumps(x, sort_keys=True, default=str)
-
-
-class ValueTable:
-    """Value numbers shared by every program numbered with it: identical computations (from the same
-    inputs by position, the same consts), identical numbers; each equation is numbered by its
-    normal form (validation/normal_forms.py), whose identities of real arithmetic (a merged GEMM's
-    slices, sums in another order) apply only to a `real` table. Safe to share between threads."""
-
-    def __init__(self, real: bool = False) -> None:
-        self.real = real
-        self._numbers: dict[Any, int] = {}
-        self._next = itertools.count()
-
-    def number(self, key: Any) -> int:
-        found = self._numbers.get(key)
-        return found if found is not None else self._numbers.setdefault(key, next(self._next))
-
-
-class _Numbered:
-    """A program's value numbering over a shared table: identical computations, identical ids."""
-
-    def __init__(self, program: dict[str, Any], table: ValueTable):
-        intern, self.real = table.number, table.real
-        self.program, self.producer, self.key, self.aval = program, {}, {}, {}
-        self.consts = {c["name"]: c for c in program.get("consts", [])}
-        for k, spec in enumerate(program["inputs"]):
-            self.key[spec["name"]], self.aval[spec["name"]] = intern(("in", k)), (tuple(spec["shape"]), spec["dtype"])
-        for c in self.consts.values():
-            self.key[c["name"]] = intern(("const", c["dtype"], tuple(c["shape"]), c["data"]))
-            self.aval[c["name"]] = (tuple(c["shape"]), c["dtype"])
-        self.signature = []  # per equation: everything but its variable operands
-        self.form: dict[str, dict[str, Any]] = {}  # value -> the equation (or literal) it is numbered as
-        self.output: dict[str, int] = {}  # value -> which output of its form it is
-        repeats: dict[tuple, itertools.count] = {}
-        for i, e in enumerate(program["eqns"]):
-            self.signature.append(self._signature(e))
-            for j, o in enumerate(e["out"]):
-                self.aval[o["name"]] = (tuple(o["shape"]), o["dtype"])
-            normal = normal_form(e, self.form.get, self._aval, table.real) if len(e["out"]) == 1 else e
-            # the n-th of alike equations that need not compute alike (two random draws): numbered apart
-            drawn = () if deterministic(e) else (repeats.setdefault(self._identity(e, -1), itertools.count()).__next__(),)
-            for j, o in enumerate(e["out"]):
-                if isinstance(normal, str):
-                    self.key[o["name"]] = self.key[normal]
-                    if normal in self.form:
-                        self.form[o["name"]], self.output[o["name"]] = self.form[normal], self.output[normal]
-                else:
-                    self.key[o["name"]] = intern(("lit", _canon(normal)) if is_literal(normal)
-                                                 else self._identity(normal, j) + drawn)
-                    self.form[o["name"]], self.output[o["name"]] = normal, j
-                self.producer[o["name"]] = (i, j)
-        self.by_key = {}
-        for name, key in self.key.items():
-            self.by_key.setdefault(key, name)
-        self._shape_hash: dict[str, str] = {}
-
-    @staticmethod
-    def _signature(e: dict[str, Any]) -> tuple:
-        return (e["op"], _canon(e.get("params") or {}), tuple(None if isinstance(a, str) else _canon(a) for a in e["in"]),
-                tuple((tuple(o["shape"]), o["dtype"]) for o in e["out"]))
-
-    def literal(self, operand: Any) -> str | None:
-        """A literal operand, or a value folded to one, as canonical text; None for other values."""
-        found = literal_of(operand, self.form.get)
-        return None if found is None else _canon(found)
-
-    def _identity(self, e: dict[str, Any], j: int) -> tuple:
-        """What numbers output `j` of `e`: its op, params and output types, and its operands (numbers
-        of values, literals as written), unordered where the op's operands are."""
-        operands = [(0, self.key[a]) if lit is None else (1, lit) for a, lit in zip(e["in"], map(self.literal, e["in"]))]
-        if unordered(e, self.real):
-            operands.sort()
-        return (e["op"], _canon(e.get("params") or {}), tuple((tuple(o["shape"]), o["dtype"]) for o in e["out"]),
-                tuple(operands), j)
-
-    def _aval(self, operand: Any) -> tuple[tuple[int, ...], str]:
-        return self.aval[operand] if isinstance(operand, str) else ((), operand["dtype"])
-
-    def structure(self, name: str, depth: int = STRUCTURE_DEPTHS[0]) -> str:
-        """A hash of the value's operand tree `depth` levels deep: inputs by position, operands of a
-        commutative op in sorted order, values below the horizon by type alone."""
-        memo = (name, depth)
-        if memo not in self._shape_hash:
-            if name not in self.producer or depth == 0:
-                text = repr(self.key[name]) if name not in self.producer else repr(self.aval[name])
-            else:
-                i, j = self.producer[name]
-                eqn = self.program["eqns"][i]
-                kids = [self.structure(a, depth - 1) if isinstance(a, str) else _canon(a) for a in eqn["in"]]
-                text = repr((self.signature[i], j, sorted(kids) if eqn["op"] in COMMUTATIVE else kids))
-            self._shape_hash[memo] = hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
-        return self._shape_hash[memo]
 
 
 @dataclass
@@ -122,7 +19,7 @@ class Region:
     roots: list[tuple[str, str]]  # (original value, optimized value) that must be equal
     boundary: list[tuple[str, str]] = field(default_factory=list)  # (optimized input, original value fed)
 
-    def subprogram(self, optimized: dict[str, Any], numbered: _Numbered) -> dict[str, Any]:
+    def subprogram(self, optimized: dict[str, Any], numbered: Numbered) -> dict[str, Any]:
         eqns = [optimized["eqns"][i] for i in self.eqns]
         used = {a for e in eqns for a in e["in"] if isinstance(a, str)} | {p for _, p in self.roots}
         return {"format": optimized["format"],
@@ -136,8 +33,8 @@ class Region:
 class RegionPlan:
     regions: list[Region]
     share: float  # of the optimized program's equations that regions run
-    numbered: _Numbered | None = None  # the optimized program's
-    original_numbered: _Numbered | None = None
+    numbered: Numbered | None = None  # the optimized program's
+    original_numbered: Numbered | None = None
     stands_for: dict[str, str] = field(default_factory=dict)  # optimized value -> the original value it must equal
     relied: set[int] = field(default_factory=set)  # numbers of `verified` values the plan took as their original
 
@@ -146,7 +43,7 @@ class _NoPlan(Exception):
     """The two programs do not correspond closely enough for a region check."""
 
 
-def _operand_pairs(o: str, p: str, o_num: _Numbered, p_num: _Numbered) -> list[tuple[str, str]] | None:
+def _operand_pairs(o: str, p: str, o_num: Numbered, p_num: Numbered) -> list[tuple[str, str]] | None:
     """The operand pairs of two values' normal forms where those are the same op, params, output and
     literal operands, None where they differ (or an operand pair's types do); a commutative op's
     operands are swapped when that pairs more identical structures."""
@@ -155,8 +52,8 @@ def _operand_pairs(o: str, p: str, o_num: _Numbered, p_num: _Numbered) -> list[t
         return None
     if not deterministic(eo):  # alike operands need not make alike values
         return None
-    if (eo["op"], _canon(eo.get("params") or {}), [(x["shape"], x["dtype"]) for x in eo["out"]]) != \
-            (ep["op"], _canon(ep.get("params") or {}), [(x["shape"], x["dtype"]) for x in ep["out"]]):
+    if (eo["op"], canon(eo.get("params") or {}), [(x["shape"], x["dtype"]) for x in eo["out"]]) != \
+            (ep["op"], canon(ep.get("params") or {}), [(x["shape"], x["dtype"]) for x in ep["out"]]):
         return None
     literals_o, literals_p = [o_num.literal(a) for a in eo["in"]], [p_num.literal(a) for a in ep["in"]]
     ins_o = [a for a, lit in zip(eo["in"], literals_o) if lit is None]
@@ -178,8 +75,8 @@ def _operand_pairs(o: str, p: str, o_num: _Numbered, p_num: _Numbered) -> list[t
     return kids if all(o_num.aval[a] == p_num.aval[b] for a, b in kids) else None
 
 
-def _matched_terms(terms_o: list[str], terms_p: list[str], o_num: _Numbered,
-                   p_num: _Numbered) -> list[tuple[str, str]] | None:
+def _matched_terms(terms_o: list[str], terms_p: list[str], o_num: Numbered,
+                   p_num: Numbered) -> list[tuple[str, str]] | None:
     """The terms of two flattened sums (products) paired: identical values with each other, then
     what is left where that is one term each, or where each left term's operand structure is
     alike exactly one of the other side's; None where the pairing would be a guess. (A wrong
@@ -212,7 +109,7 @@ def find_regions(original: dict[str, Any], optimized: dict[str, Any], table: Val
     a pair, a value an earlier check showed equal to it: `verified`, by number in `table`, or a
     unique match of the operand structure). None when no pairing exists."""
     table = table or ValueTable()
-    o_num, p_num = _Numbered(original, table), _Numbered(optimized, table)
+    o_num, p_num = Numbered(original, table), Numbered(optimized, table)
     if [o_num.aval[s["name"]] for s in original["inputs"]] != [p_num.aval[s["name"]] for s in optimized["inputs"]] \
             or len(original["outputs"]) != len(optimized["outputs"]):
         return None
@@ -229,7 +126,7 @@ class _Pairing:
     """Optimized values paired with the original values they must equal, and the roots of the
     rewritten regions where the two programs' equations stop matching."""
 
-    def __init__(self, o_num: _Numbered, p_num: _Numbered, verified: Mapping[int, str]):
+    def __init__(self, o_num: Numbered, p_num: Numbered, verified: Mapping[int, str]):
         self.o_num, self.p_num, self.verified = o_num, p_num, verified
         self.relied: set[int] = set()  # numbers of `verified` values the plan relies on
         self.pairs: set[tuple[str, str]] = set()
@@ -248,7 +145,7 @@ class _Pairing:
         while stack:
             o, p = stack.pop()
             if not isinstance(o, str) or not isinstance(p, str):
-                if _canon(o) != _canon(p):
+                if canon(o) != canon(p):
                     raise _NoPlan
                 continue
             if (o, p) in self.pairs:
@@ -399,7 +296,7 @@ def region_signature(program: dict[str, Any]) -> str:
         rename(spec["name"])
     for c in program["consts"]:
         rename(c["name"])
-    eqns = [(e["op"], _canon(e.get("params") or {}), [rename(a) if isinstance(a, str) else a for a in e["in"]],
+    eqns = [(e["op"], canon(e.get("params") or {}), [rename(a) if isinstance(a, str) else a for a in e["in"]],
              [(rename(o["name"]), o["shape"], o["dtype"]) for o in e["out"]]) for e in program["eqns"]]
-    return _canon([[(s["shape"], s["dtype"]) for s in program["inputs"]], [c["data"] for c in program["consts"]],
+    return canon([[(s["shape"], s["dtype"]) for s in program["inputs"]], [c["data"] for c in program["consts"]],
                    eqns, [rename(o) for o in program["outputs"]]])

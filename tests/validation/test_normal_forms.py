@@ -9,7 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from validation.regions import ValueTable, find_regions
+from validation.regions import find_regions
+from validation.value_numbering import ValueTable
 from validation.validate import validate
 from wire.capture import capture
 
