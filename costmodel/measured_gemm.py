@@ -4,10 +4,10 @@ efficiency with the shape in ways no tile model follows (a mid-size product runs
 of a large one; few rows or a thin K are dearer than their flops)."""
 from __future__ import annotations
 
+import bisect
 import functools
+import itertools
 import math
-
-import numpy as np
 
 ShapeTimes = tuple[tuple[int, int, int, float], ...]  # (m, k, n, seconds) of an (m x k) @ (k x n) product
 
@@ -24,16 +24,43 @@ def grid_axes(times: ShapeTimes) -> tuple[tuple[int, ...], tuple[int, ...], tupl
     return axes  # type: ignore[return-value]
 
 
-@functools.lru_cache(maxsize=8)
-def _interpolator(times: ShapeTimes):
-    from scipy.interpolate import RegularGridInterpolator  # only profiles with a table pay its import
+class _Grid:
+    """One table's log sizes and log times, and the shapes priced from it so far (extraction prices
+    the same few shapes over and over)."""
 
-    axes = grid_axes(times)
-    index = [{size: i for i, size in enumerate(axis)} for axis in axes]
-    log_s = np.empty(tuple(len(a) for a in axes))
-    for m, k, n, seconds in times:
-        log_s[index[0][m], index[1][k], index[2][n]] = math.log(seconds)
-    return axes, RegularGridInterpolator([np.log(a) for a in axes], log_s)
+    def __init__(self, times: ShapeTimes):
+        self.axes = grid_axes(times)
+        self.logs = [[math.log(size) for size in axis] for axis in self.axes]
+        index = [{size: i for i, size in enumerate(axis)} for axis in self.axes]
+        self.log_s = {(index[0][m], index[1][k], index[2][n]): math.log(s) for m, k, n, s in times}
+        self.priced: dict[tuple[int, int, int], float] = {}
+
+    def seconds(self, m: int, k: int, n: int) -> float:
+        if (m, k, n) not in self.priced:
+            self.priced[m, k, n] = self._interpolated(m, k, n)
+        return self.priced[m, k, n]
+
+    def _interpolated(self, m: int, k: int, n: int) -> float:
+        """Multilinear in log size and log time between the grid's neighbours of the point (clamped
+        to the grid), times the proportion past its largest sizes."""
+        cells, scale = [], 1.0
+        for size, axis, logs in zip((m, k, n), self.axes, self.logs):
+            if size > axis[-1]:
+                scale *= size / axis[-1]
+            x = math.log(min(max(size, axis[0]), axis[-1]))
+            i = min(bisect.bisect_right(logs, x), len(logs) - 1) - 1
+            cells.append((i, (x - logs[i]) / (logs[i + 1] - logs[i])))
+        log_s = 0.0
+        for corner in itertools.product((0, 1), repeat=3):
+            weight = math.prod(w if up else 1.0 - w for (_, w), up in zip(cells, corner))
+            if weight:
+                log_s += weight * self.log_s[tuple(i + up for (i, _), up in zip(cells, corner))]
+        return scale * math.exp(log_s)
+
+
+@functools.lru_cache(maxsize=8)
+def _grid(times: ShapeTimes) -> _Grid:
+    return _Grid(times)
 
 
 def measured_gemm_s(times: ShapeTimes, m: int, k: int, n: int) -> float:
@@ -41,10 +68,4 @@ def measured_gemm_s(times: ShapeTimes, m: int, k: int, n: int) -> float:
     time. Past the grid's largest size along an axis the time grows in proportion (the rate of the
     largest measured products holds); below its smallest it stays (a product smaller than any
     measured costs what the smallest did: overhead, not flops)."""
-    axes, interpolate = _interpolator(times)
-    point, scale = [], 1.0
-    for size, axis in zip((m, k, n), axes):
-        if size > axis[-1]:
-            scale *= size / axis[-1]
-        point.append(math.log(min(max(size, axis[0]), axis[-1])))
-    return scale * math.exp(float(interpolate(point)[0]))
+    return _grid(times).seconds(m, k, n)

@@ -4,8 +4,12 @@ is not a full grid is refused naming its field; profiles without one keep the ti
 from __future__ import annotations
 
 import itertools
+import math
+import random
 
+import numpy as np
 import pytest
+from scipy.interpolate import RegularGridInterpolator
 
 from costmodel.formulas import gemm_cost, tiled_gemm_cost
 from costmodel.measured_gemm import measured_gemm_s
@@ -33,6 +37,21 @@ def test_a_measured_shape_is_priced_at_its_time_and_between_shapes_between_their
     corners = [_seconds(m, k, n) for m in (64, 512) for k in (16, 256) for n in (16, 256)]
     assert min(corners) < between < max(corners)
     assert measured_gemm_s(TABLE, 100, 100, 100) < measured_gemm_s(TABLE, 200, 100, 100)  # more rows, more time
+
+
+def test_between_shapes_the_time_is_scipys_multilinear_interpolation_in_log_space():
+    """Against the reference implementation, on a table whose log times are not linear in log size."""
+    table = tuple((m, k, n, _seconds(m, k, n) * (1.7 if (m, k) == (64, 256) else 1.0)) for m, k, n in
+                  itertools.product(*AXES))
+    log_s = np.empty([len(a) for a in AXES])
+    for m, k, n, s in table:
+        log_s[AXES[0].index(m), AXES[1].index(k), AXES[2].index(n)] = math.log(s)
+    reference = RegularGridInterpolator([np.log(a) for a in AXES], log_s)
+    rng = random.Random(0)
+    for _ in range(200):
+        m, k, n = (rng.randint(axis[0], axis[-1]) for axis in AXES)
+        expected = math.exp(reference([math.log(m), math.log(k), math.log(n)])[0])
+        assert measured_gemm_s(table, m, k, n) == pytest.approx(expected, rel=1e-12)
 
 
 def test_past_the_largest_shape_time_grows_in_proportion_and_below_the_smallest_it_stays():
