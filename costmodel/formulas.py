@@ -1,4 +1,4 @@
-"""Closed-form cost formulas of the OPTU model: pure functions, no JAX.
+"""Closed-form cost formulas of the OPTU model: pure functions, no tracing.
 
 Times are seconds, energies joules, sizes bytes. Every function takes a `HardwareProfile` and plain
 numbers, so extraction, lowering and the lower-bound computation all price work identically.
@@ -11,33 +11,9 @@ from dataclasses import asdict, dataclass, replace
 
 from costmodel.measured_gemm import measured_gemm_s
 from costmodel.profile import HardwareProfile
+from wire.format import parse_dtype
 
 BOUNDS = ("weight_load", "optical", "vector", "memory", "launch")
-
-_DTYPE_BYTES = {
-    "bool": 1,
-    "int4": 1,  # assumption: stored unpacked, one per byte; overestimates traffic at most 2x
-    "uint4": 1,
-    "int8": 1,
-    "uint8": 1,
-    "float8_e4m3fn": 1,
-    "float8_e4m3fnuz": 1,
-    "float8_e4m3b11fnuz": 1,
-    "float8_e5m2": 1,
-    "float8_e5m2fnuz": 1,
-    "int16": 2,
-    "uint16": 2,
-    "float16": 2,
-    "bfloat16": 2,
-    "int32": 4,
-    "uint32": 4,
-    "float32": 4,
-    "int64": 8,
-    "uint64": 8,
-    "float64": 8,
-    "complex64": 8,
-    "complex128": 16,
-}
 
 
 @dataclass(frozen=True)
@@ -240,8 +216,7 @@ def sum_estimates(parts: list[Estimate]) -> Estimate:
 
 
 def dtype_bytes(dtype: str) -> int:
-    """Bytes per element of a wire dtype string; unknown dtypes are an error, never a guess."""
-    try:
-        return _DTYPE_BYTES[dtype]
-    except KeyError:
-        raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(sorted(_DTYPE_BYTES))}") from None
+    """Bytes per element of a wire dtype string, as the wire format's dtype table has it (sub-byte
+    types such as int4 are held one per byte: traffic is overestimated at most 2x, 4x for int2, 8x
+    for int1); unknown dtypes are an error, never a guess."""
+    return parse_dtype(dtype).itemsize

@@ -10,19 +10,19 @@ from pydantic import BaseModel, ConfigDict, Field
 from lowering.kernels import output_avals
 from validation.validate import validate
 from wire.execute import typecheck
-from wire.format import WireError, WireProgram
+from wire.format import WireError, WireProgram, json_int
 
 EXIT_CODES = {"passed": 0, "identical": 0, "failed": 1, "inconclusive": 2}  # `optu validate`
 
 
 class ValidateRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     original: WireProgram = Field(description="the reference program")
     candidate: WireProgram = Field(description="the program that should compute what `original` does")
     fp_mode: Literal["real", "exact"] = Field("real", description="real: equal in real arithmetic, within the "
                                                                   "outputs' dtype tolerance; exact: bit-identical")
-    seed: int = Field(0, ge=0, description="the first input draw's seed")
+    seed: json_int(ge=0) = Field(0, description="the first input draw's seed")
 
 
 class ValidateResponse(BaseModel):

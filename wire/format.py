@@ -6,10 +6,10 @@ from __future__ import annotations
 import base64
 import functools
 import math
-from typing import Any, Iterator, Literal, Union
+from typing import Annotated, Any, Iterator, Literal, Union
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 FORMAT = "optu.jaxpr/v1"
 
@@ -49,11 +49,32 @@ def _finite_only(value: Any, where: str) -> Any:
     return value
 
 
-class WireLiteral(BaseModel):
+def _whole_number(value: Any) -> Any:
+    # JSON Schema's integer is any number with no fraction: 3.0 is 3. Anything else goes on to the
+    # strict check, which refuses true and "3".
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def json_int(**bounds: int) -> Any:
+    """An integer as JSON Schema reads one, within `bounds` (Field's ge, gt, ...): 3 or 3.0, never
+    true or "3" (in models that are strict). The bounds come first so the schema states them."""
+    return Annotated[int, Field(**bounds), BeforeValidator(_whole_number)]
+
+
+JsonInt = json_int()
+
+
+class _Wire(BaseModel):
+    # Nothing a client sends is dropped or re-typed: an unknown key, `true` for a dimension or a
+    # string for a number is an error, as the OpenAPI schema says.
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class WireLiteral(_Wire):
     """A scalar constant operand; `lit` is interpreted in `dtype` (weak types are not kept)."""
 
     lit: Union[bool, int, float, str]
-    dtype: str
+    dtype: str = Field(json_schema_extra=lambda schema: schema.update(enum=dtype_names()))
 
     @field_validator("lit")
     @classmethod
@@ -61,10 +82,10 @@ class WireLiteral(BaseModel):
         return _finite_only(v, "lit")
 
 
-class TensorSpec(BaseModel):
+class TensorSpec(_Wire):
     name: str
-    shape: list[int]
-    dtype: str
+    shape: list[json_int(ge=0)]
+    dtype: str = Field(json_schema_extra=lambda schema: schema.update(enum=dtype_names()))
 
 
 class InputSpec(TensorSpec):
@@ -76,7 +97,7 @@ class ConstSpec(TensorSpec):
     data: str = Field(description="base64 of the C-order, little-endian bytes")
 
 
-class WireEqn(BaseModel):
+class WireEqn(_Wire):
     model_config = ConfigDict(populate_by_name=True)
 
     op: str
@@ -90,7 +111,7 @@ class WireEqn(BaseModel):
         return _finite_only(v, "params")
 
 
-class WireProgram(BaseModel):
+class WireProgram(_Wire):
     format: Literal["optu.jaxpr/v1"]
     inputs: list[InputSpec]
     consts: list[ConstSpec] = Field(default_factory=list)
@@ -113,6 +134,11 @@ def _dtypes() -> dict[str, np.dtype]:
                 continue
             out[dt.name] = dt
     return out
+
+
+def dtype_names() -> list[str]:
+    """Every dtype name a program may use (the schema's enum)."""
+    return sorted(_dtypes())
 
 
 def parse_dtype(name: str, *, eqn: int | None = None, field: str = "dtype") -> np.dtype:

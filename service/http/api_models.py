@@ -2,7 +2,7 @@
 codes, shared by the app and the in-process client so both answer a bad request the same way."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -12,9 +12,21 @@ from service.optimizer.options import OptimizeOptions
 from wire.format import FORMAT, WireError, WireProgram
 
 
+# Statuses a route answers besides its own, declared on its router so that a client generated from
+# the OpenAPI schema knows every status the server can send.
+AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"description": "OPTU_API_TOKEN is set and the bearer token is missing or wrong"}}
+BODY_ERRORS: dict[int | str, dict[str, Any]] = {
+    **AUTH_ERRORS,
+    400: {"description": "the body is not JSON, not sent as application/json, or names another format version"},
+    413: {"description": "body larger than OPTU_MAX_BODY_BYTES"}}
+BUSY: dict[int | str, dict[str, Any]] = {
+    503: {"description": "every worker is busy and the queue is full, or a worker died: retry after Retry-After"}}
+
+
 class OptimizeRequest(BaseModel):
-    # A typo such as "option" must be an error, not a silently ignored key.
-    model_config = ConfigDict(extra="forbid")
+    # A typo such as "option" must be an error, not a silently ignored key; `0` is not `false`.
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     program: WireProgram = Field(description=f"the program to optimize, in the {FORMAT} wire format")
     hardware: str | dict[str, Any] | None = Field(
@@ -24,8 +36,8 @@ class OptimizeRequest(BaseModel):
 
 
 class SweepRequest(OptimizeRequest):
-    params: dict[str, list[int | float]] = Field(
-        description="one or two dotted profile fields, each with the values to try, e.g. "
+    params: dict[str, Annotated[list[int | float], Field(min_length=1)]] = Field(
+        min_length=1, max_length=2, description="one or two dotted profile fields, each with the values to try, e.g. "
                     '{"gemm.rows": [64, 128, 256], "gemm.weight_load_s": [2e-6, 1e-5, 1e-9]}; '
                     "at most 25 grid points")
 

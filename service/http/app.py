@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from pydantic_core import to_json
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from costmodel.profile import ProfileError
@@ -92,12 +93,23 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> JS
     return JSONResponse({"detail": detail}, status_code=422)
 
 
-async def _unparsable_body(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-    """FastAPI turns any failure to parse a JSON body other than a syntax error (in practice
-    Python's recursion limit on deeply nested JSON) into a vague 400; say what it means."""
+HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    """Starlette's own errors, made exact. FastAPI turns any failure to parse a JSON body other than
+    a syntax error (in practice Python's recursion limit on deeply nested JSON) into a vague 400: say
+    what it means. A 405's `Allow` names the methods of the first route whose path matched; a path
+    served by several routes (GET and DELETE /v1/jobs/{id}) allows all of theirs."""
     if exc.status_code == 400 and exc.detail == "There was an error parsing the body":
         return JSONResponse({"detail": "request body could not be parsed: JSON nests too deeply "
                                        "(hundreds of levels) or is otherwise unparsable"}, status_code=400)
+    if exc.status_code == 405:
+        allowed = [method for method in HTTP_METHODS
+                   if any(route.matches({**request.scope, "method": method})[0] == Match.FULL
+                          for route in request.app.routes)]
+        return JSONResponse({"detail": f"method {request.method} not allowed; this path allows {', '.join(allowed)}"},
+                            status_code=405, headers={"Allow": ", ".join(allowed)})
     return await http_exception_handler(request, exc)
 
 
@@ -145,7 +157,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = metrics.install(app, settings)  # added last: outermost, so 413s are counted
     app.state.cache = ResultCache.from_settings(settings, observer=app.state.metrics)
     app.add_exception_handler(RequestValidationError, _validation_error)
-    app.add_exception_handler(StarletteHTTPException, _unparsable_body)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
     # Raised by the pipeline or hardware resolution: the client's mistake, mapped in one place.
     for exc_type in (WireError, ProfileError, UnknownHardware, ValidationError):
         app.add_exception_handler(exc_type, _client_error)

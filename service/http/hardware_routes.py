@@ -7,9 +7,9 @@ from typing import Any
 from fastapi import APIRouter
 
 from costmodel.profile import list_profiles, load_profile
-from service.http.api_models import HardwareSummary, UnknownHardware
+from service.http.api_models import AUTH_ERRORS, HardwareSummary, UnknownHardware
 
-router = APIRouter(tags=["hardware"])
+router = APIRouter(tags=["hardware"], responses=AUTH_ERRORS)
 
 
 @router.get("/v1/hardware", response_model=list[HardwareSummary])

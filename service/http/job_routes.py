@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
-from service.http.api_models import OptimizeRequest, failure_detail
+from service.http.api_models import AUTH_ERRORS, BODY_ERRORS, OptimizeRequest, failure_detail
 from service.http.optimize_request import prepare, run
 from service.http.settings import Settings, settings_of
 from service.jobqueue.jobs import JobFinished, JobQueueFull, Jobs, NoResult, UnknownJob, open_jobs
@@ -75,7 +75,8 @@ def job_store(app: FastAPI, settings: Settings) -> Jobs:
 JOB_ERRORS = ((UnknownJob, _unknown), (JobFinished, _finished), (NoResult, _no_result), (JobQueueFull, _full),
               (redis.RedisError, _queue_unreachable))
 
-router = APIRouter(tags=["jobs"])
+QUEUE_UNREACHABLE = {503: {"description": "the job queue (OPTU_QUEUE_URL) is unreachable: retry after Retry-After"}}
+router = APIRouter(tags=["jobs"], responses={**AUTH_ERRORS, **QUEUE_UNREACHABLE})
 
 
 def _jobs(request: Request) -> Jobs:
@@ -83,7 +84,8 @@ def _jobs(request: Request) -> Jobs:
 
 
 @router.post("/v1/jobs", status_code=202, response_model=JobSubmitted,
-             responses={422: {"description": "the program does not type-check, or invalid options/hardware "
+             responses={**BODY_ERRORS, 404: {"description": "unknown hardware profile name"},
+                        422: {"description": "the program does not type-check, or invalid options/hardware "
                                              "(as /v1/optimize)"},
                         429: {"description": "OPTU_JOB_QUEUE_DEPTH jobs already queued or running"}})
 async def submit(body: OptimizeRequest, jobs: Jobs = Depends(_jobs), settings: Settings = Depends(settings_of)) -> Any:

@@ -18,7 +18,7 @@ def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+@router.get("/readyz", responses={503: {"description": "not ready: the reason says what is missing"}})
 def readyz(request: Request, settings: Settings = Depends(settings_of)) -> JSONResponse:
     try:
         load_profile(settings.default_hardware)

@@ -7,19 +7,17 @@ from typing import Any
 from fastapi import APIRouter, Depends, HTTPException, Request
 from starlette.concurrency import run_in_threadpool
 
-from service.http.api_models import OptimizeRequest, SweepRequest, resolve_hardware
+from service.http.api_models import BODY_ERRORS, BUSY, OptimizeRequest, SweepRequest, resolve_hardware
 from service.http.optimize_request import prepare, program_within_limits, run
 from service.http.settings import Settings, request_options, settings_of
 from service.optimizer.response import OptimizeResponse, SweepResponse
 from service.optimizer.sweep import SweepError, sweep
 
-router = APIRouter(tags=["optimize"])
+router = APIRouter(tags=["optimize"], responses=BODY_ERRORS)
 
 
 @router.post("/v1/optimize", response_model=OptimizeResponse,
-             responses={400: {"description": "malformed JSON or unknown format version"},
-                        404: {"description": "unknown hardware profile name"},
-                        413: {"description": "body larger than OPTU_MAX_BODY_BYTES"},
+             responses={**BUSY, 404: {"description": "unknown hardware profile name"},
                         422: {"description": "program does not type-check (eqn, field, message), "
                                              "too many equations, or invalid options/hardware"}})
 async def optimize(body: OptimizeRequest, request: Request, settings: Settings = Depends(settings_of)) -> Any:

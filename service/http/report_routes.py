@@ -7,12 +7,14 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse
 from starlette.concurrency import run_in_threadpool
 
+from service.http.api_models import AUTH_ERRORS
+from service.http.job_routes import QUEUE_UNREACHABLE
 from service.report import render_report
 
 REPORT_DOC = "a self-contained HTML page: summary, kernel timeline, roofline, dataflow before and after, rewrites"
 
 
-router = APIRouter(tags=["reports"])
+router = APIRouter(tags=["reports"], responses=AUTH_ERRORS)
 
 
 @router.get("/v1/results/{result_id}/report", response_class=HTMLResponse,
@@ -28,7 +30,7 @@ def result_report(result_id: str, request: Request) -> HTMLResponse:
 
 
 @router.get("/v1/jobs/{job_id}/report", response_class=HTMLResponse,
-            responses={200: {"description": REPORT_DOC}, 404: {"description": "unknown job"},
+            responses={**QUEUE_UNREACHABLE, 200: {"description": REPORT_DOC}, 404: {"description": "unknown job"},
                        409: {"description": "the job has not succeeded (yet): its state says why"}})
 async def job_report(job_id: str, request: Request) -> HTMLResponse:
     response = await request.app.state.jobs.result(job_id)

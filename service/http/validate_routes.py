@@ -7,13 +7,13 @@ from typing import Any
 
 from fastapi import APIRouter, Depends
 
-from service.http.api_models import resolve_hardware
+from service.http.api_models import BODY_ERRORS, resolve_hardware
 from service.http.optimize_request import program_within_limits
 from service.http.settings import Settings, request_options, settings_of
 from service.optimizer.debug import DebugRequest, DebugResponse, debug
 from validation.translation import ValidateRequest, ValidateResponse, validate_programs
 
-router = APIRouter(tags=["validate"])
+router = APIRouter(tags=["validate"], responses=BODY_ERRORS)
 
 
 @router.post("/v1/validate", response_model=ValidateResponse,

@@ -21,13 +21,13 @@ from validation.rule_bisect import NotFailing, minimal_failing
 from validation.translation import check_signatures
 from validation.validate import validate
 from validation.widen import CannotWiden
-from wire.format import WireError, WireProgram
+from wire.format import JsonInt, WireError, WireProgram, json_int
 
 
 class DebugKernelSpec(BaseModel):
-    model_config = ConfigDict(extra="allow")  # the rest of a response's kernel (estimate, buffers) passes
+    model_config = ConfigDict(extra="allow", strict=True)  # the rest of a response's kernel (estimate, buffers) passes
 
-    id: int = Field(description="the kernel's id")
+    id: JsonInt = Field(description="the kernel's id")
     kind: str = Field("vector", description="optical_gemm, vector, fused, key_blocked or host")
     ops: list[str] = Field(description="primitives the kernel computes")
     inputs: list[str] = Field(description="values of the optimized program it reads")
@@ -36,7 +36,7 @@ class DebugKernelSpec(BaseModel):
 
 
 class DebugRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     original: WireProgram = Field(description="the program as written")
     optimized: WireProgram = Field(description="the optimized program (a /v1/optimize response's `program`; "
@@ -44,7 +44,7 @@ class DebugRequest(BaseModel):
     kernels: list[DebugKernelSpec] | None = Field(
         None, description="the optimize response's `kernels` (and `precompute_kernels`, each with `precompute: "
                           "true`); default: the optimized program grouped as the fair baseline groups it")
-    rewrites: dict[str, int] | None = Field(None, description="the optimize response's `report.rewrites`: "
+    rewrites: dict[str, JsonInt] | None = Field(None, description="the optimize response's `report.rewrites`: "
                                                               "the rules that fired")
     provenance: dict[str, str] | None = Field(None, description="the optimize response's `provenance`: what each "
                                                                 "optimized value stands for; default: inferred "
@@ -56,7 +56,7 @@ class DebugRequest(BaseModel):
     bisect_time_limit_s: float | None = Field(None, gt=0, description="wall-time budget of the bisection (each "
                                                                       "subset is a whole optimization); default "
                                                                       "and cap: the server's maximum time limit")
-    seed: int = Field(0, ge=0, description="seed of the input draw the kernels are compared on")
+    seed: json_int(ge=0) = Field(0, description="seed of the input draw the kernels are compared on")
 
 
 class KernelDebug(BaseModel):

@@ -6,6 +6,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from costmodel.profile import HardwareProfile
+from wire.format import json_int
 
 # What the optimizer uses where a request leaves a limit unset; a server may set its own defaults
 # and caps (service/http/settings.py) and passes the options it resolved.
@@ -13,12 +14,20 @@ DEFAULT_TIME_LIMIT_S = 10.0
 DEFAULT_NODE_LIMIT = 50_000
 
 
+def _rule_names() -> list[str]:
+    """The names `exclude_rules` accepts, for the schema; built only when the schema is (the rulesets are built)."""
+    from rewrites.schedule import ALGEBRA_RULE_NAMES
+
+    return sorted(ALGEBRA_RULE_NAMES)
+
+
 class OptimizeOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # A misspelt option is an error, not ignored; `0` is not `false` nor "5" a number.
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     time_limit_s: float | None = Field(None, gt=0, description="saturation budget; server default and maximum apply")
-    node_limit: int | None = Field(None, gt=0, description="stop saturating beyond this many e-nodes")
-    iter_limit: int = Field(12, ge=0, description="saturation iterations")
+    node_limit: json_int(gt=0) | None = Field(None, description="stop saturating beyond this many e-nodes")
+    iter_limit: json_int(ge=0) = Field(12, description="saturation iterations")
     extraction: Literal["auto", "greedy", "ilp"] = Field(
         "auto", description="greedy-DAG, exact ILP (HiGHS, warm-started from greedy), or auto: the ILP when "
                             "the e-graph is small enough to finish within the time limit")
@@ -31,16 +40,15 @@ class OptimizeOptions(BaseModel):
                            "correct, not fast)")
     rules: bool = Field(True, description="false: round-trip through the e-graph with no rewrites")
     exclude_rules: list[str] = Field(default_factory=list, description="names of algebraic rules that do not run "
-                                                                       "(as `report.rewrites` names them)")
+                                                                       "(as `report.rewrites` names them)",
+                                     json_schema_extra=lambda schema: schema["items"].update(enum=_rule_names()))
 
     @field_validator("exclude_rules")
     @classmethod
     def _known_rules(cls, names: list[str]) -> list[str]:
         if not names:
             return names
-        from rewrites.schedule import ALGEBRA_RULE_NAMES  # builds the rulesets: only when rules are named
-
-        unknown = sorted(set(names) - ALGEBRA_RULE_NAMES)
+        unknown = sorted(set(names) - set(_rule_names()))  # builds the rulesets: only when rules are named
         if unknown:
             raise ValueError(f"unknown rule(s) {', '.join(unknown)}")
         return sorted(set(names))

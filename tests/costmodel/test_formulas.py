@@ -226,6 +226,13 @@ def test_dtype_bytes(dtype, size):
     assert dtype_bytes(dtype) == size
 
 
+def test_every_wire_dtype_has_a_size():
+    # a program may use any dtype the wire format accepts; pricing it must never fail
+    from wire.format import dtype_names
+
+    assert {name: dtype_bytes(name) >= 1 for name in dtype_names()} == dict.fromkeys(dtype_names(), True)
+
+
 def test_unknown_dtype_is_an_error():
     with pytest.raises(ValueError, match="float128"):
         dtype_bytes("float128")
