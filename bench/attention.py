@@ -2,10 +2,11 @@
 
 Per row (an attention block, encoder or causal decoder, or BERT-base encoder layers; batch 1, 12
 heads, head dim 64): the fair baseline's and the optimizer's estimates on `optu-v1` and
-`gpu-roofline` (returned as ops, and with `lowering: "pallas"`), the speedup, optimized / lower bound, the optimizer's wall time, and for the blocks
-that fit this machine, the measured time of the returned program against `jax.jit` of the original
-(interleaved medians). Writes bench/results/attention.json and the README table between
-`<!-- attention:begin -->` and `<!-- attention:end -->`. Wall times are reported, never asserted.
+`gpu-roofline` (returned as ops, and with `lowering: "pallas"`), the speedup, optimized / lower
+bound, the optimizer's wall time, and for the blocks that fit this machine, the measured time of
+the returned program against `jax.jit` of the original (interleaved medians). Writes
+bench/results/attention.json and the README table between `<!-- attention:begin -->` and
+`<!-- attention:end -->`. Wall times are reported, never asserted.
 """
 from __future__ import annotations
 
@@ -134,10 +135,12 @@ def table(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         cpu = fmt_ratio(r["cpu"]["jit_over_returned"]) if "cpu" in r else "-"
         by_hand = fmt_ratio(r["cpu"]["by_hand_over_returned"]) if "by_hand_over_returned" in r.get("cpu", {}) else "-"
         h200 = "{:.2f} / {:.2f}".format(*H200_MS[r["n"]]) if "causal" in r["workload"] and r["n"] in H200_MS else "-"
-        lines.append(f"| {r['workload']} | {r['n']} | {fmt_time(optu['baseline_s'])} | {fmt_time(optu['optimized_s'])} "
-                     f"| {fmt_ratio(optu['speedup'])} | {fmt_ratio(optu['over_bound'])} | {fmt_ratio(gpu['speedup'])} "
-                     f"| {fmt_ratio(gpu['over_bound'])} | {fmt_ratio(pallas['speedup'])} | {fmt_ratio(pallas['over_bound'])} "
-                     f"| {optu['wall_s']:.1f} s | {cpu} | {by_hand} | {h200} |")
+        lines.append(
+            f"| {r['workload']} | {r['n']} | {fmt_time(optu['baseline_s'])} | {fmt_time(optu['optimized_s'])} "
+            f"| {fmt_ratio(optu['speedup'])} | {fmt_ratio(optu['over_bound'])} | {fmt_ratio(gpu['speedup'])} "
+            f"| {fmt_ratio(gpu['over_bound'])} | {fmt_ratio(pallas['speedup'])} | {fmt_ratio(pallas['over_bound'])} "
+            f"| {optu['wall_s']:.1f} s | {cpu} | {by_hand} | {h200} |"
+        )
     return "\n".join(lines)
 
 

@@ -53,7 +53,9 @@ def prepare(lengths: list[int], programs: Path = PROGRAMS) -> None:
             (programs / f"causal_{n}_{dtype}.json").write_text(json.dumps(
                 {"n": n, "dtype": dtype, "original": program, "returned": response["program"], "fused_kernels": fused,
                  "estimated_speedup": response["estimate"]["speedup_vs_baseline"]}))
-            print(f"N={n} {dtype}: {fused} fused kernel(s), estimated {response['estimate']['speedup_vs_baseline']:.2f}x")
+            print(
+                f"N={n} {dtype}: {fused} fused kernel(s), estimated {response['estimate']['speedup_vs_baseline']:.2f}x"
+            )
 
 
 def _median_s(fn: Callable, args: list, budget_s: float) -> float:

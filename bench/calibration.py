@@ -66,10 +66,12 @@ def markdown(profile: str, summary: dict[str, dict[str, Any]], per_model: dict[s
     for ext in extraction:
         b, o = per_model[ext["model"]]["baseline"], per_model[ext["model"]]["optimized"]
         g, i = ext["greedy"], ext["ilp"]
-        lines.append(f"| {ext['model']} | {b['kernels']} | {_rho(b)} | {b['median_ratio_estimate_over_measured']:.2f} | "
-                     f"{o['kernels']} | {_rho(o)} | {o['median_ratio_estimate_over_measured']:.2f} | "
-                     f"{g['cost_s'] * 1e6:.3f} us | {i['cost_s'] * 1e6:.3f} us | {g['extract_wall_s']:.3f} s | "
-                     f"{i['extract_wall_s']:.3f} s | {i['status']} |")
+        lines.append(
+            f"| {ext['model']} | {b['kernels']} | {_rho(b)} | {b['median_ratio_estimate_over_measured']:.2f} | "
+            f"{o['kernels']} | {_rho(o)} | {o['median_ratio_estimate_over_measured']:.2f} | "
+            f"{g['cost_s'] * 1e6:.3f} us | {i['cost_s'] * 1e6:.3f} us | {g['extract_wall_s']:.3f} s | "
+            f"{i['extract_wall_s']:.3f} s | {i['status']} |"
+        )
     return "\n".join(lines)
 
 

@@ -153,12 +153,14 @@ def estimates_against_clock(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _client_line(client: dict[str, Any]) -> str:
-    return (f"Through the client's `jit(weight_argnums=...)`, weight-only work runs once per weight set: "
-            f"`{client['workload']}` (LoRA weights merged on every call by a plain `jax.jit`) takes "
-            f"{fmt_time(client['plain_jit']['median_s'])} per call under `jax.jit` and "
-            f"{fmt_time(client['client_jit']['median_s'])} through the client, **{fmt_ratio(client['speedup_measured'])}** "
-            f"(weight-only part run {client['precompute_runs']} time(s) in {client['reps'] + 2} calls; "
-            f"max rel error {client['max_rel_error']:.1e}).")
+    return (
+        f"Through the client's `jit(weight_argnums=...)`, weight-only work runs once per weight set: "
+        f"`{client['workload']}` (LoRA weights merged on every call by a plain `jax.jit`) takes "
+        f"{fmt_time(client['plain_jit']['median_s'])} per call under `jax.jit` and "
+        f"{fmt_time(client['client_jit']['median_s'])} through the client, **{fmt_ratio(client['speedup_measured'])}** "
+        f"(weight-only part run {client['precompute_runs']} time(s) in {client['reps'] + 2} calls; "
+        f"max rel error {client['max_rel_error']:.1e})."
+    )
 
 
 def _noise(summary: dict[str, Any]) -> str:
@@ -199,13 +201,15 @@ def table(rows: list[dict[str, Any]], meta: dict[str, Any], summary: dict[str, A
             lines.append(f"| {r['model']} | error: {r['error'][:80]} | | | | | | | | |")
             continue
         o, p = r["original"], r["optimized"]
-        lines.append(f"| {r['model']}{' (unchanged)' if r['same_program'] else ''} | {fmt_time(o['median_s'])} "
-                     f"({fmt_time(o['p25_s'])}-{fmt_time(o['p75_s'])}) | {fmt_time(p['median_s'])} "
-                     f"({fmt_time(p['p25_s'])}-{fmt_time(p['p75_s'])}) | **{fmt_ratio(r['speedup_measured'])}** | "
-                     f"{fmt_ratio(r['hoisted']['speedup_measured'])} | "
-                     f"{fmt_ratio(r['estimate']['speedup'])} | {_flop(r['gemm_flops']['original'])} → "
-                     f"{_flop(r['gemm_flops']['optimized'])} | "
-                     f"{fmt_ratio(r['compute_ceiling']) if r['compute_ceiling'] else 'n/a'} | {r['reps']} | {r['validation']} |")
+        lines.append(
+            f"| {r['model']}{' (unchanged)' if r['same_program'] else ''} | {fmt_time(o['median_s'])} "
+            f"({fmt_time(o['p25_s'])}-{fmt_time(o['p75_s'])}) | {fmt_time(p['median_s'])} "
+            f"({fmt_time(p['p25_s'])}-{fmt_time(p['p75_s'])}) | **{fmt_ratio(r['speedup_measured'])}** | "
+            f"{fmt_ratio(r['hoisted']['speedup_measured'])} | "
+            f"{fmt_ratio(r['estimate']['speedup'])} | {_flop(r['gemm_flops']['original'])} → "
+            f"{_flop(r['gemm_flops']['optimized'])} | "
+            f"{fmt_ratio(r['compute_ceiling']) if r['compute_ceiling'] else 'n/a'} | {r['reps']} | {r['validation']} |"
+        )
     return "\n".join(lines)
 
 

@@ -91,11 +91,17 @@ def table(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         e = r["estimates"]
-        lines.append(f"| {r['length']} | {fmt_time(r['jax_jit_s'])} | {fmt_time(r['optimized_s'])} | "
-                     f"{fmt_ratio(r['jax_jit_s'] / r['optimized_s'])} | {fmt_time(r['eager_s'])} | "
-                     f"{fmt_time(r['torch_optimized_s'])} | {fmt_ratio(r['eager_s'] / r['torch_optimized_s'])} | "
-                     + " | ".join(f"{fmt_ratio(e[p]['speedup_vs_baseline'])} | {fmt_ratio(e[p]['optimized_over_bound'])} "
-                                  f"({e[p]['binding']})" for p in PROFILES) + " |")
+        lines.append(
+            f"| {r['length']} | {fmt_time(r['jax_jit_s'])} | {fmt_time(r['optimized_s'])} | "
+            f"{fmt_ratio(r['jax_jit_s'] / r['optimized_s'])} | {fmt_time(r['eager_s'])} | "
+            f"{fmt_time(r['torch_optimized_s'])} | {fmt_ratio(r['eager_s'] / r['torch_optimized_s'])} | "
+            + " | ".join(
+                f"{fmt_ratio(e[p]['speedup_vs_baseline'])} | {fmt_ratio(e[p]['optimized_over_bound'])} "
+                f"({e[p]['binding']})"
+                for p in PROFILES
+            )
+            + " |"
+        )
     return "\n".join(lines)
 
 

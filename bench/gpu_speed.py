@@ -139,15 +139,19 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def table(result: dict[str, Any]) -> str:
     s = result["summary"]
-    lines = [f"Measured on {result['device']} (JAX {result['jax']}): each bench model as written and as returned for "
-             f"`gpu-roofline`, under `jax.jit`, weight-only work run once ahead; medians of {result['rounds']} "
-             f"interleaved rounds. Regenerate with `python -m bench.gpu_speed` (prepare here, time on the GPU, report).",
-             "", f"Rank correlation of estimated and measured speedups: **{s['spearman']:.2f}** over {s['models']} "
-             f"models, **{s['spearman_changed']:.2f}** over the {s['changed']} whose program changed; geometric mean "
-             f"estimated {s['estimated_geomean']:.3f}x, measured {s['measured_geomean']:.3f}x; measured slower than "
-             f"the original (below {SLOWER}x): {', '.join(s['slower']) or 'none'}.", "",
-             "| model | original | returned | measured | estimated | estimated baseline | estimated optimized |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"Measured on {result['device']} (JAX {result['jax']}): each bench model as written and as returned for "
+        f"`gpu-roofline`, under `jax.jit`, weight-only work run once ahead; medians of {result['rounds']} "
+        f"interleaved rounds. Regenerate with `python -m bench.gpu_speed` (prepare here, time on the GPU, report).",
+        "",
+        f"Rank correlation of estimated and measured speedups: **{s['spearman']:.2f}** over {s['models']} "
+        f"models, **{s['spearman_changed']:.2f}** over the {s['changed']} whose program changed; geometric mean "
+        f"estimated {s['estimated_geomean']:.3f}x, measured {s['measured_geomean']:.3f}x; measured slower than "
+        f"the original (below {SLOWER}x): {', '.join(s['slower']) or 'none'}.",
+        "",
+        "| model | original | returned | measured | estimated | estimated baseline | estimated optimized |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in result["rows"]:
         e = r["estimated"]
         lines.append(f"| {r['model']}{' (unchanged)' if r['unchanged'] else ''} | {r['original_s'] * 1e6:.1f} us | "

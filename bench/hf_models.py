@@ -131,7 +131,11 @@ def table(rows: list[dict[str, Any]]) -> str:
              "|---|---|---|---|---|---:|---:|---|"]
     for r in rows:
         opt, mutation = r["optimize"], r.get("mutation_vs_torch")
-        caught = "-" if mutation is None else f"{mutation['caught']}/{mutation['mutants']} ({len(mutation['wrongly_passed'])})"
+        caught = (
+            "-"
+            if mutation is None
+            else f"{mutation['caught']}/{mutation['mutants']} ({len(mutation['wrongly_passed'])})"
+        )
         took = f"{opt['optimize_s']:.1f} s" if "optimize_s" in opt else "-"
         lines.append(f"| {r['model']} | {r['modality']} {r['kind']} | {_cell(opt)} | {_cell(r['torch_compile'])} | "
                      f"{_cell(r.get('http'))} | {fmt_ratio(opt.get('speedup_vs_baseline'))} | {took} | {caught} |")

@@ -48,10 +48,14 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def table(summaries: dict[str, dict[str, Any]], meta: dict[str, Any]) -> str:
-    lines = [f"The lower bound against whole optimizations of generated programs (chains, MLPs, attention, "
-             f"scans, conds, weight-only work; {machine_line(meta)}). `held`: bound <= optimized and bound <= "
-             "baseline. Regenerate with `python -m bench.lower_bound`.", "",
-             "| profile | programs | held | optimized / bound (geomean) | max | binds |", "|---|---:|---:|---:|---:|---|"]
+    lines = [
+        f"The lower bound against whole optimizations of generated programs (chains, MLPs, attention, "
+        f"scans, conds, weight-only work; {machine_line(meta)}). `held`: bound <= optimized and bound <= "
+        "baseline. Regenerate with `python -m bench.lower_bound`.",
+        "",
+        "| profile | programs | held | optimized / bound (geomean) | max | binds |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
     for profile, s in summaries.items():
         binds = ", ".join(f"{k} {v}" for k, v in sorted(s["binds"].items(), key=lambda kv: -kv[1]))
         lines.append(f"| {profile} | {s['programs']} | {s['held']} | {fmt_ratio(s['geomean_optimized_over_bound'])} "

@@ -207,7 +207,9 @@ def mutation_score(original: Program, optimized: Program, count: int = 20,
     verdict = verdict or (lambda mutant: validate(original, mutant))
     verdicts = [(what, mutant, verdict(mutant)["status"]) for what, mutant in mutants(optimized, count)]
     caught = sum(status == "failed" for _, _, status in verdicts)
-    equivalent = {what for what, mutant, status in verdicts if status != "failed" and observably_equivalent(original, mutant)}
+    equivalent = {
+        what for what, mutant, status in verdicts if status != "failed" and observably_equivalent(original, mutant)
+    }
     distinct = len(verdicts) - len(equivalent)
     return {"mutants": len(verdicts), "caught": caught, "equivalent": sorted(equivalent),
             "score": caught / distinct if distinct else None, "raw_score": caught / len(verdicts) if verdicts else None,

@@ -51,9 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     rows = [score_model(name) for name in (args.models or MODELS)]
     low = [r["model"] for r in rows if r["score"] is not None and r["score"] < TARGET]
     wrong = [r["model"] for r in rows if r["wrongly_passed"]]
-    text = (f"Mutation testing of validation on {machine_line(machine())}. Regenerate with `python -m bench.mutation`.\n\n"
-            f"{table(rows)}\n\nBelow {TARGET:.0%}: {', '.join(low) or 'none'}. "
-            f"A mutant that is not observably equivalent reported passed: {', '.join(wrong) or 'none'}.")
+    text = (
+        f"Mutation testing of validation on {machine_line(machine())}. Regenerate with `python -m bench.mutation`.\n\n"
+        f"{table(rows)}\n\nBelow {TARGET:.0%}: {', '.join(low) or 'none'}. "
+        f"A mutant that is not observably equivalent reported passed: {', '.join(wrong) or 'none'}."
+    )
     publish(args.out, {"machine": machine(), "target": TARGET, "models": rows}, text, "mutation",
             readme=not args.no_readme)
     return 1 if wrong else 0

@@ -95,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
                     stop(proc)
         redis.Redis.from_url(args.redis).flushdb()
     by = {(r["kind"], r["workers"]): r for r in rows}
-    scaling = {kind: round(by[(kind, 2)]["jobs_per_s"] / by[(kind, 1)]["jobs_per_s"], 3) for kind in ("model", "one-equation")}
+    scaling = {
+        kind: round(by[(kind, 2)]["jobs_per_s"] / by[(kind, 1)]["jobs_per_s"], 3) for kind in ("model", "one-equation")
+    }
     # one worker runs jobs one after another: its time per job beyond the search is the queue's
     overhead = {kind: round((by[(kind, 1)]["wall_s"] / args.jobs - in_process_s(program)) * 1e3, 1)
                 for kind, program in (("model", model), ("one-equation", TRIVIAL))}

@@ -51,8 +51,11 @@ def bench_model(name: str, hardware: str = "optu-v1", options: dict | None = Non
     optimized_hbm = sum(k["estimate"]["hbm_bytes"] for k in response["kernels"])
     tolerance = validation.get("tolerance")
     # the program grouped by the e-graph with no algebra: no rule, no chain reordering or scan hoisting (real mode's)
-    kernels_only = optimize(program, hardware, {**(options or {}), "exclude_rules": sorted(ALGEBRA_RULE_NAMES),
-                                                "fp_mode": "exact", "validate": False})["estimate"]["speedup_vs_baseline"]
+    kernels_only = optimize(
+        program,
+        hardware,
+        {**(options or {}), "exclude_rules": sorted(ALGEBRA_RULE_NAMES), "fp_mode": "exact", "validate": False},
+    )["estimate"]["speedup_vs_baseline"]
     return {
         "model": name,
         "equations": len(program["eqns"]),
@@ -168,40 +171,47 @@ def _row(r: dict[str, Any]) -> str:
 
 
 def table(rows: list[dict[str, Any]], hardware: str, meta: dict[str, Any], summary: dict[str, Any]) -> str:
-    lines = [f"Estimated on `{hardware}` by the optimizer's cost model; optimizer wall time measured on "
-             f"{machine_line(meta)}. Regenerate with `make bench` (`python -m bench.run --models NAME...` "
-             "for a subset).", "",
-             "`baseline` is the fair one: the program as written, simplified (common subexpressions, units, "
-             "transposes folded, as XLA does) and compiled as a good conventional compiler "
-             "would on the same profile: the cheapest of its fusion policies (vertical; vertical and sibling; "
-             "both with GEMMs back to back up to `kernel.max_gemms`), weight-only work precomputed. It rests on the profile's assumed numbers "
-             "(`optu-v1`: `kernel.max_gemms` 16, launch 1 us, half of each weight load hidden; "
-             "its `[provenance]` table says which are measured; the headline across their range is under "
-             "\"Hardware profiles\"). "
-             "`naive` is one kernel per equation.", "",
-             f"Geometric-mean speedup over the baseline: **{fmt_ratio(summary['geomean_speedup_vs_baseline'])}** "
-             f"across {summary['models']} models; over naive {fmt_ratio(summary['geomean_speedup_vs_naive'])}; "
-             f"recurrent and matmul-chain models {fmt_ratio(summary['geomean_speedup_rnn_and_chains'])}; energy "
-             f"{fmt_ratio(summary['geomean_energy_vs_baseline'])}. Split: the algebra alone (`algebra`: the "
-             f"optimized program under the baseline's policies) gives "
-             f"{fmt_ratio(summary['geomean_speedup_algebra_only'])}, the kernels alone (`kernels`: the "
-             f"program grouped by the e-graph with no algebra: no rule, no chain reordering, no scan hoisting) "
-             f"{fmt_ratio(summary['geomean_speedup_kernels_only'])}, both the headline. `/ bound`: optimized over "
-             f"the lower bound, with the resource that binds it (geomean "
-             f"{fmt_ratio(summary['geomean_optimized_over_bound'])}); the bound is the floor of every program the "
-             f"search's e-graph holds, so it says how much its best program could still gain, not what rules it "
-             f"lacks could. Per resource it is an exact extraction's optimum with that resource alone as the cost "
-             f"where one proves within {FLOOR_BRANCH_NODES} branch-and-bound nodes (kernel e-graphs up to "
-             f"{FLOOR_NODE_BUDGET} e-nodes and {FLOOR_CHOICE_BUDGET} alternatives), otherwise (`*` where that resource "
-             f"binds) the least over the e-graph's programs of their costliest path, which counts one of several "
-             f"branches that run side by side. Over 1.5x: {_loose_bounds(rows)}. Proving it took "
-             f"{summary['bound_share_of_wall']:.0%} of the optimize wall time.", "",
-             f"Targets: {_targets(summary, rows)}.", "",
-             "| model | eqns | naive | baseline | optimized | vs baseline | algebra | kernels | / bound | vs naive "
-             "| energy (baseline → opt) "
-             "| kernels | HBM | kernels from | e-nodes | validation (max rel err / tol) "
-             "| optimize wall (saturate / extract / fuse / validate, waited for: it runs beside fuse) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|---:|"]
+    lines = [
+        f"Estimated on `{hardware}` by the optimizer's cost model; optimizer wall time measured on "
+        f"{machine_line(meta)}. Regenerate with `make bench` (`python -m bench.run --models NAME...` "
+        "for a subset).",
+        "",
+        "`baseline` is the fair one: the program as written, simplified (common subexpressions, units, "
+        "transposes folded, as XLA does) and compiled as a good conventional compiler "
+        "would on the same profile: the cheapest of its fusion policies (vertical; vertical and sibling; "
+        "both with GEMMs back to back up to `kernel.max_gemms`), weight-only work precomputed. "
+        "It rests on the profile's assumed numbers "
+        "(`optu-v1`: `kernel.max_gemms` 16, launch 1 us, half of each weight load hidden; "
+        "its `[provenance]` table says which are measured; the headline across their range is under "
+        '"Hardware profiles"). '
+        "`naive` is one kernel per equation.",
+        "",
+        f"Geometric-mean speedup over the baseline: **{fmt_ratio(summary['geomean_speedup_vs_baseline'])}** "
+        f"across {summary['models']} models; over naive {fmt_ratio(summary['geomean_speedup_vs_naive'])}; "
+        f"recurrent and matmul-chain models {fmt_ratio(summary['geomean_speedup_rnn_and_chains'])}; energy "
+        f"{fmt_ratio(summary['geomean_energy_vs_baseline'])}. Split: the algebra alone (`algebra`: the "
+        f"optimized program under the baseline's policies) gives "
+        f"{fmt_ratio(summary['geomean_speedup_algebra_only'])}, the kernels alone (`kernels`: the "
+        f"program grouped by the e-graph with no algebra: no rule, no chain reordering, no scan hoisting) "
+        f"{fmt_ratio(summary['geomean_speedup_kernels_only'])}, both the headline. `/ bound`: optimized over "
+        f"the lower bound, with the resource that binds it (geomean "
+        f"{fmt_ratio(summary['geomean_optimized_over_bound'])}); the bound is the floor of every program the "
+        f"search's e-graph holds, so it says how much its best program could still gain, not what rules it "
+        f"lacks could. Per resource it is an exact extraction's optimum with that resource alone as the cost "
+        f"where one proves within {FLOOR_BRANCH_NODES} branch-and-bound nodes (kernel e-graphs up to "
+        f"{FLOOR_NODE_BUDGET} e-nodes and {FLOOR_CHOICE_BUDGET} alternatives), otherwise (`*` where that resource "
+        f"binds) the least over the e-graph's programs of their costliest path, which counts one of several "
+        f"branches that run side by side. Over 1.5x: {_loose_bounds(rows)}. Proving it took "
+        f"{summary['bound_share_of_wall']:.0%} of the optimize wall time.",
+        "",
+        f"Targets: {_targets(summary, rows)}.",
+        "",
+        "| model | eqns | naive | baseline | optimized | vs baseline | algebra | kernels | / bound | vs naive "
+        "| energy (baseline → opt) "
+        "| kernels | HBM | kernels from | e-nodes | validation (max rel err / tol) "
+        "| optimize wall (saturate / extract / fuse / validate, waited for: it runs beside fuse) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|---:|",
+    ]
     return "\n".join(lines + [_row(r) for r in rows])
 
 

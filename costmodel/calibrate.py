@@ -230,19 +230,33 @@ def derive(t: dict[str, float], kernels: dict[str, int]) -> dict[str, Any]:
     per_position = statistics.median(slope(f"conv{a}x{f}", f"conv{b}x{f}", 2 * a * a, 2 * b * b)
                                      for f in CONV_FEATURES)
     return {
-        "matmul": {"flops_per_s": 2 * TILE * TILE * clock, "clock_hz": clock, "tile_load_s": packing,
-                   "call_overhead_s": gemm_call, "rows": list(GEMM_ROWS),
-                   "times_s": [t[f"gemm_rows{n}"] for n in GEMM_ROWS],
-                   "shape_times_s": [[m, k, n, max(t[f"gemm{m}x{k}x{n}"] - call, 1e-9)]
-                                     for m, k, n in itertools.product(*GEMM_GRID)]},
+        "matmul": {
+            "flops_per_s": 2 * TILE * TILE * clock,
+            "clock_hz": clock,
+            "tile_load_s": packing,
+            "call_overhead_s": gemm_call,
+            "rows": list(GEMM_ROWS),
+            "times_s": [t[f"gemm_rows{n}"] for n in GEMM_ROWS],
+            "shape_times_s": [
+                [m, k, n, max(t[f"gemm{m}x{k}x{n}"] - call, 1e-9)] for m, k, n in itertools.product(*GEMM_GRID)
+            ],
+        },
         "conv": {"positions_per_s": 1.0 / per_position, "overhead_s": max(0.0, t["conv_tiny"] - call)},
         "vector": {"flops_per_s": flops_per_s, "sram_bw_bytes_per_s": bandwidth(L2_ELEMENTS), "op_weights": weights},
-        "memory": {"cache_bw_bytes_per_s": bandwidth(LLC_ELEMENTS),
-                   "hbm_bw_bytes_per_s": 12.0 * DRAM_ELEMENTS / max(t[f"add{DRAM_ELEMENTS}"] - call, 1e-9)},
-        "loop": {"iteration_s": max(0.0, slope(*(f"scan{n}" for n in LOOP_TRIPS), *LOOP_TRIPS)
-                                    - 4 * 32 * FMA_STEP[1] / flops_per_s)},
-        "overhead": {"launch_overhead_s": per_kernel, "dispatch_overhead_s": max(0.0, call - per_kernel),
-                     **{f"{kind}_s": slope(*(f"{kind}{n}" for n in BUFFERS), *BUFFERS) for kind in ("inputs", "outputs")}},
+        "memory": {
+            "cache_bw_bytes_per_s": bandwidth(LLC_ELEMENTS),
+            "hbm_bw_bytes_per_s": 12.0 * DRAM_ELEMENTS / max(t[f"add{DRAM_ELEMENTS}"] - call, 1e-9),
+        },
+        "loop": {
+            "iteration_s": max(
+                0.0, slope(*(f"scan{n}" for n in LOOP_TRIPS), *LOOP_TRIPS) - 4 * 32 * FMA_STEP[1] / flops_per_s
+            )
+        },
+        "overhead": {
+            "launch_overhead_s": per_kernel,
+            "dispatch_overhead_s": max(0.0, call - per_kernel),
+            **{f"{kind}_s": slope(*(f"{kind}{n}" for n in BUFFERS), *BUFFERS) for kind in ("inputs", "outputs")},
+        },
     }
 
 

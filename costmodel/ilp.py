@@ -107,7 +107,9 @@ def _prune(view: EGraphView, node_cost: dict[str, float]) -> list[ENode]:
     return kept
 
 
-def _side_rows(problem: _Problem, exclusive: Exclusive, requires: Requires) -> list[tuple[list[int], list[float], float]]:
+def _side_rows(
+    problem: _Problem, exclusive: Exclusive, requires: Requires
+) -> list[tuple[list[int], list[float], float]]:
     """(columns, coefficients, upper bound) rows: sum(x over an exclusive group) <= 1 and
     x_node - x_needed <= 0, over the variables that survived pruning."""
     rows = []

@@ -69,9 +69,21 @@ def fused_estimate(profile: HardwareProfile, parts: list[OpCost], read_bytes: in
                            inputs, outputs)
 
 
-def key_blocked(profile: HardwareProfile, steps: list[Step], parts: list[OpCost], avals: dict[str, Aval],
-                read_bytes: int, write_bytes: int, intermediate_bytes: int, inputs: list[str], outputs: int,
-                counted: set[str], written: set[str], fills: Sequence[str] = (), online: bool = True) -> BlockedWork | None:
+def key_blocked(
+    profile: HardwareProfile,
+    steps: list[Step],
+    parts: list[OpCost],
+    avals: dict[str, Aval],
+    read_bytes: int,
+    write_bytes: int,
+    intermediate_bytes: int,
+    inputs: list[str],
+    outputs: int,
+    counted: set[str],
+    written: set[str],
+    fills: Sequence[str] = (),
+    online: bool = True,
+) -> BlockedWork | None:
     """The cheapest blocked form of a kernel (costmodel/key_blocking.py) where it holds an
     attention and that form is cheaper than the kernel as it is: over blocks of query rows, each
     with every key, and with `online` (the online softmax) over blocks of keys too; `counted`: the values
@@ -88,8 +100,9 @@ def key_blocked(profile: HardwareProfile, steps: list[Step], parts: list[OpCost]
     def time_s(parts, read_bytes, intermediate_bytes) -> float:
         return fused_estimate(profile, parts, read_bytes, write_bytes, intermediate_bytes, len(inputs), outputs).time_s
 
-    options = blocked_options(profile, region, steps, parts, avals, read_bytes, intermediate_bytes, set(inputs), counted,
-                              online)
+    options = blocked_options(
+        profile, region, steps, parts, avals, read_bytes, intermediate_bytes, set(inputs), counted, online
+    )
     # on a tie (HBM traffic hidden under compute), the fewest blocks: less per-block overhead than the model counts
     best = min(options, key=lambda w: (time_s(w.parts, w.read_bytes, w.intermediate_bytes),
                                        w.tiling["query_blocks"] * w.tiling["key_blocks"]), default=None)
@@ -237,7 +250,9 @@ class NodeCoster:
         if self._free(node):
             return NODE_EPSILON_S  # a tee_out's kernel pays its write
         ops = len(node.body_ops) if node.op in KERNEL_OPS else 1
-        return self.estimate(node).time_s / self._shares(node) + NODE_EPSILON_S * ops  # ties: fewer ops (hidden under HBM time)
+        return (
+            self.estimate(node).time_s / self._shares(node) + NODE_EPSILON_S * ops
+        )  # ties: fewer ops (hidden under HBM time)
 
     def times(self, node: ENode) -> ResourceTimes:
         """The node's per-call kernel time by resource, as the kernel stage prices it (no proxy)."""
@@ -249,7 +264,9 @@ class NodeCoster:
             key = self._plain_key(node)
             if key not in self.plain_times:
                 op, cost = self.op_cost(node, node.children)
-                self.plain_times[key] = NO_TIME if op in VIEW_OPS else fused_times(self.profile, *self._work(node, cost))
+                self.plain_times[key] = (
+                    NO_TIME if op in VIEW_OPS else fused_times(self.profile, *self._work(node, cost))
+                )
             times = self.plain_times[key]
         shares = self._shares(node)
         return ResourceTimes(times.compute_s / shares, times.memory_s / shares, times.launch_s / shares)

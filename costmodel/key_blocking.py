@@ -83,9 +83,13 @@ class KernelSteps:
 
     def unit_view(self, step: Step) -> bool:
         """A view that only adds or drops unit axes."""
-        return step.op in (_TRANSPARENT | {"transpose"}) and step.op != "stop_gradient" and step.ins[0] is not None and \
-            math.prod(self.shape(step.out)) == math.prod(self.shape(step.ins[0])) and \
-            _core(self.shape(step.out)) == _core(self.shape(step.ins[0]))
+        return (
+            step.op in (_TRANSPARENT | {"transpose"})
+            and step.op != "stop_gradient"
+            and step.ins[0] is not None
+            and math.prod(self.shape(step.out)) == math.prod(self.shape(step.ins[0]))
+            and _core(self.shape(step.out)) == _core(self.shape(step.ins[0]))
+        )
 
     def keeps_rows(self, step: Step) -> bool:
         """A unit-axis view, or a transpose of the leading axes that keeps the last (the keys) last:

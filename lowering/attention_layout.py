@@ -61,9 +61,9 @@ class Emitter:
                 if label in present or broadcast or any(other in present for other in group)]
         if any(sizes[label] != 1 for label in kept if label not in present):  # unit axes: the reshape adds them
             shape = tuple(sizes[label] for label in kept)
+            dims = [kept.index(label) for label in sorted_present]
             name = self.emit("broadcast_in_dim", [name], list(shape), dtype,
-                             {"shape": list(shape), "broadcast_dimensions": [kept.index(l) for l in sorted_present],
-                              "sharding": None})
+                             {"shape": list(shape), "broadcast_dimensions": dims, "sharding": None})
         merged = [math.prod(sizes[label] for label in group if label in kept) for group in groups]
         return self.reshape(name, merged) if list(shape) != merged else name
 

@@ -48,7 +48,11 @@ NAIVE = FusionPolicy("naive", vertical=False)
 VERTICAL = FusionPolicy("vertical")  # XLA's producer-consumer fusion, one GEMM per kernel
 SIBLINGS = FusionPolicy("siblings", siblings=True)
 CONVENTIONAL = FusionPolicy("conventional", siblings=True, gemm_chains=True)
-POLICIES = (VERTICAL, SIBLINGS, CONVENTIONAL)  # the baseline's choices; extraction is seeded with each, on every candidate
+POLICIES = (
+    VERTICAL,
+    SIBLINGS,
+    CONVENTIONAL,
+)  # the baseline's choices; extraction is seeded with each, on every candidate
 
 
 @dataclass(eq=False)
@@ -64,9 +68,17 @@ class Kernel:
     estimate: Estimate | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "kind": self.kind, "ops": self.ops, "eqns": sorted(set(self.eqns)), "inputs": self.inputs,
-                "outputs": self.outputs, "tiling": self.tiling, "buffers": self.buffers,
-                "estimate": self.estimate.to_dict()}
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "ops": self.ops,
+            "eqns": sorted(set(self.eqns)),
+            "inputs": self.inputs,
+            "outputs": self.outputs,
+            "tiling": self.tiling,
+            "buffers": self.buffers,
+            "estimate": self.estimate.to_dict(),
+        }
 
 
     @classmethod
@@ -214,7 +226,11 @@ def _assign_groups(placer: _Placer, static: set[str], groups: list[list[int]]) -
     """Extraction's kernels: a lone view is folded into its readers; weight-only groups are
     precomputed; every other group is one per-call kernel."""
     for group in groups:
-        if len(group) == 1 and placer.eqns[group[0]]["op"] in VIEW_OPS and not _is_static(placer.eqns[group[0]], static):
+        if (
+            len(group) == 1
+            and placer.eqns[group[0]]["op"] in VIEW_OPS
+            and not _is_static(placer.eqns[group[0]], static)
+        ):
             placer.defer(group[0])
             continue
         target = placer.open(per_call=not all(_is_static(placer.eqns[i], static) for i in group))

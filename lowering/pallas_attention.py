@@ -91,7 +91,9 @@ class _Realization:
                   "key_group": key_group, "value_group": value_group,
                   "zero_rows": keep is not None, "out_dtype": dtype}
         canonical = [math.prod(self.sizes[b] for b in batch), self.sizes["q"], math.prod(self.sizes[w] for w in width)]
-        result = self.out.emit("flash_attention", [q, k, v, *extras, *([keep] if keep else [])], canonical, dtype, params)
+        result = self.out.emit(
+            "flash_attention", [q, k, v, *extras, *([keep] if keep else [])], canonical, dtype, params
+        )
         self.restore(result, [*batch, "q", *width], out_labels, mix.out)
         return self.out.eqns
 
@@ -294,7 +296,9 @@ class _Realization:
                                                             "sharding": None}) if scalar.get(name) else name
 
         def fill(literal: dict[str, Any], dtype: str) -> str:
-            return emit("broadcast_in_dim", [literal], dtype, {"shape": block, "broadcast_dimensions": [], "sharding": None})
+            return emit(
+                "broadcast_in_dim", [literal], dtype, {"shape": block, "broadcast_dimensions": [], "sharding": None}
+            )
 
         for node in order:
             (key, labels), kind = node, kinds[node]

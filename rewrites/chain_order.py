@@ -53,8 +53,11 @@ def find_chains(program: dict[str, Any], min_leaves: int = 3) -> list[Chain]:
         eqn = matmuls[name]
         return [leaf for a in eqn["in"] for leaf in (leaves(a) if inlined(a, eqn["params"]) else [a])]
 
-    avals = {s["name"]: s["shape"] for s in program["inputs"]} | \
-        {o["name"]: o["shape"] for e in eqns for o in e["out"]} | {c["name"]: c["shape"] for c in program.get("consts", [])}
+    avals = (
+        {s["name"]: s["shape"] for s in program["inputs"]}
+        | {o["name"]: o["shape"] for e in eqns for o in e["out"]}
+        | {c["name"]: c["shape"] for c in program.get("consts", [])}
+    )
     inner = {a for name, eqn in matmuls.items() for a in eqn["in"] if inlined(a, eqn["params"])}
     chains = []
     for name, eqn in matmuls.items():

@@ -27,8 +27,9 @@ def last_axis(rank: int):
 
 for rank in range(1, 5):
     keep = iota(rank - 1)
-    row_max = Term.broadcast(Term.binary("max", lit(float("-inf")), Term.reduce("reduce_max", x, last_axis(rank), e1), e2),
-                             s1, keep, e3)
+    row_max = Term.broadcast(
+        Term.binary("max", lit(float("-inf")), Term.reduce("reduce_max", x, last_axis(rank), e1), e2), s1, keep, e3
+    )
     numerator = Term.unary("exp", Term.binary("sub", x, row_max, e4), e5)
     # exp(x - max) / sum(exp(x - max)) -> softmax(x), as jax.nn.softmax emits it (last axis). No
     # rank guard needed: broadcasting the rank-1 row max with dims iota(rank - 1) types only when

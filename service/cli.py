@@ -220,7 +220,10 @@ def _sweep(args: argparse.Namespace) -> int:
             from service.optimizer.sweep import SweepError, sweep
 
             try:
-                hardware, options = resolve_profile(body["hardware"]), OptimizeOptions.coerce(body["options"]).resolved()
+                hardware, options = (
+                    resolve_profile(body["hardware"]),
+                    OptimizeOptions.coerce(body["options"]).resolved(),
+                )
                 with listening(progress):
                     result = sweep(body["program"], hardware, params, options)
             except SweepError as exc:

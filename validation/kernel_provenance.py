@@ -26,7 +26,9 @@ def stands_for(original: dict[str, Any], optimized: dict[str, Any],
     numbered = {} if plan is None else plan.stands_for
     values = {o["name"] for e in original["eqns"] for o in e["out"]} | {s["name"] for s in original["inputs"]}
     recorded = {p: o for p, o in (provenance or {}).items() if o in values}
-    paired = {p: o for o, p in zip(original["outputs"], optimized["outputs"]) if isinstance(o, str) and isinstance(p, str)}
+    paired = {
+        p: o for o, p in zip(original["outputs"], optimized["outputs"]) if isinstance(o, str) and isinstance(p, str)
+    }
     return {**numbered, **recorded, **paired}
 
 

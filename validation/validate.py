@@ -47,7 +47,9 @@ from validation.widen import CannotWiden, Widened, check_jit, float64_callable, 
 from wire.execute import jitted_program, typecheck
 from wire.format import WireError
 
-MAX_REGION_SHARE = 0.6  # beyond this share of the optimized program in regions, checking them costs as much as the whole
+MAX_REGION_SHARE = (
+    0.6  # beyond this share of the optimized program in regions, checking them costs as much as the whole
+)
 
 
 def identical() -> dict[str, Any]:

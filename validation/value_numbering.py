@@ -61,7 +61,9 @@ class Numbered:
                 self.aval[o["name"]] = (tuple(o["shape"]), o["dtype"])
             normal = normal_form(e, self.form.get, self._aval, table.real) if len(e["out"]) == 1 else e
             # the n-th of alike equations that need not compute alike (two random draws): numbered apart
-            drawn = () if deterministic(e) else (repeats.setdefault(self._identity(e, -1), itertools.count()).__next__(),)
+            drawn = (
+                () if deterministic(e) else (repeats.setdefault(self._identity(e, -1), itertools.count()).__next__(),)
+            )
             for j, o in enumerate(e["out"]):
                 if isinstance(normal, str):
                     self.key[o["name"]] = self.key[normal]
@@ -90,7 +92,9 @@ class Numbered:
     def _identity(self, e: dict[str, Any], j: int) -> tuple:
         """What numbers output `j` of `e`: its op, params and output types, and its operands (numbers
         of values, literals as written), unordered where the op's operands are."""
-        operands = [(0, self.key[a]) if lit is None else (1, lit) for a, lit in zip(e["in"], map(self.literal, e["in"]))]
+        operands = [
+            (0, self.key[a]) if lit is None else (1, lit) for a, lit in zip(e["in"], map(self.literal, e["in"]))
+        ]
         if unordered(e, self.real):
             operands.sort()
         return (e["op"], canon(e.get("params") or {}), tuple((tuple(o["shape"]), o["dtype"]) for o in e["out"]),

@@ -47,8 +47,12 @@ def widen(args: list[Any]) -> list[np.ndarray]:
 
 def promote_to_float64(program: dict[str, Any]) -> dict[str, Any]:
     """The same program computing in float64 (complex128) wherever it computed in a narrower type."""
-    consts = [{**c, "dtype": WIDE[c["dtype"]], "data": encode_array(decode_array(ConstSpec(**c)).astype(WIDE[c["dtype"]]))}
-              if c["dtype"] in WIDE else c for c in program.get("consts", [])]
+    consts = [
+        {**c, "dtype": WIDE[c["dtype"]], "data": encode_array(decode_array(ConstSpec(**c)).astype(WIDE[c["dtype"]]))}
+        if c["dtype"] in WIDE
+        else c
+        for c in program.get("consts", [])
+    ]
     text = json.dumps({**program, "consts": []})
     for narrow, wide in WIDE.items():
         text = text.replace(f'"{narrow}"', f'"{wide}"')

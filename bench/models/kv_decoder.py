@@ -26,8 +26,10 @@ class KVDecoder:
         layer = lambda: {"qkv": w(h, 3 * h), "out": w(h, h), "up": w(h, 4 * h), "down": w(4 * h, h)}
         # held as JAX arrays, as a JAX model's initializers give them (NumPy arrays would be copied
         # to the device on every call, and may change between calls)
-        return jax.tree.map(jnp.asarray, {"embed": w(self.vocab, h) * 4, "layers": [layer() for _ in range(self.layers)],
-                                          "head": w(h, self.vocab)})
+        return jax.tree.map(
+            jnp.asarray,
+            {"embed": w(self.vocab, h) * 4, "layers": [layer() for _ in range(self.layers)], "head": w(h, self.vocab)},
+        )
 
     def empty_cache(self) -> jax.Array:
         """Keys or values: layers x length x heads x head dim, zeros."""

@@ -1,5 +1,6 @@
-"""Request models of the HTTP API (the response model is the optimizer's own), and the one mapping from client mistakes to status
-codes, shared by the app and the in-process client so both answer a bad request the same way."""
+"""Request models of the HTTP API (the response model is the optimizer's own), the statuses every
+route may answer, and the one mapping from client mistakes to status codes, shared by the app and
+the in-process client so both answer a bad request the same way."""
 from __future__ import annotations
 
 from typing import Annotated, Any

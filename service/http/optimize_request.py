@@ -36,7 +36,9 @@ async def prepare(body: OptimizeRequest, settings: Settings) -> Prepared:
     program = await run_in_threadpool(program_within_limits, body.program, settings)
     hardware = resolve_hardware(body.hardware, settings.default_hardware)
     options = request_options(body.options, settings)
-    return Prepared(program, hardware, options, await run_in_threadpool(canonical_request_id, program, hardware, options))
+    return Prepared(
+        program, hardware, options, await run_in_threadpool(canonical_request_id, program, hardware, options)
+    )
 
 
 async def run(app: FastAPI, program: dict[str, Any], hardware: Any, options: OptimizeOptions,

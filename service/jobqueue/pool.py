@@ -58,7 +58,9 @@ class Ticket:
             if self._worker is not None:
                 self._worker.kill()
 
-    def exchange(self, worker: WorkerProcess, job: tuple, timeout_s: float, on_progress: Listener | None) -> tuple[str, Any]:
+    def exchange(
+        self, worker: WorkerProcess, job: tuple, timeout_s: float, on_progress: Listener | None
+    ) -> tuple[str, Any]:
         """`worker.exchange`, the worker killable through this ticket only while it runs."""
         with self._lock:
             if self.cancelled:  # before the job reached the worker, which stays healthy

@@ -112,7 +112,9 @@ class QueueJobStore:
             self.app.backend.store_result(key, hit, "SUCCESS")
         else:
             profile = hardware if isinstance(hardware, str) else hardware.model_dump(mode="json")
-            self.app.send_task(TASK, args=[key, run, program, profile, options.model_dump(mode="json", by_alias=True)], task_id=key)
+            self.app.send_task(
+                TASK, args=[key, run, program, profile, options.model_dump(mode="json", by_alias=True)], task_id=key
+            )
         return self._look(key)[0]
 
     def _look(self, job_id: str) -> tuple[dict[str, Any], dict[str, Any] | None]:

@@ -108,7 +108,12 @@ def _optimize(program: dict[str, Any], profile: HardwareProfile, options: Optimi
                 fusion_report |= as_run
         with stage(timings, "validate"):
             if not options.validate_result:
-                validation = {"status": "skipped", "max_rel_error": None, "trials": 0, "reason": "validation turned off by the request"}
+                validation = {
+                    "status": "skipped",
+                    "max_rel_error": None,
+                    "trials": 0,
+                    "reason": "validation turned off by the request",
+                }
             elif early is not None:
                 validation = early.result_for(candidate)
             elif candidate is found.candidate and by_piece:
@@ -166,8 +171,9 @@ def _response(identity: str, profile: HardwareProfile, program: dict[str, Any], 
             "report": report, "provenance": provenance or {}, "cache": "miss"})
 
 
-def _loops(tidied: dict[str, Any], profile: HardwareProfile, options: OptimizeOptions,
-           extra_rules: Sequence[NamedRule]) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]], float]:
+def _loops(
+    tidied: dict[str, Any], profile: HardwareProfile, options: OptimizeOptions, extra_rules: Sequence[NamedRule]
+) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]], float]:
     """Loop bodies optimized through the whole pipeline, with and without the scans' per-step
     input projections hoisted into one GEMM over every step (real mode), the loops' new invariants
     (a weight concatenated in a body) moved out again; the cheaper under the baseline's policy is

@@ -57,9 +57,11 @@ class Kernel(_Open):
     eqns: list[int] = Field(description="indices into program.eqns this kernel computes")
     inputs: list[str] = Field(description="variables read from HBM")
     outputs: list[str] = Field(description="variables written to HBM")
-    tiling: dict[str, int] = Field(description="optical GEMM tiling (tiles, k_splits, weight_loads, passes); "
-                                               "a key_blocked or row_blocked kernel adds query_block, key_block and their "
-                                               "counts; empty for other kernels")
+    tiling: dict[str, int] = Field(
+        description="optical GEMM tiling (tiles, k_splits, weight_loads, passes); "
+        "a key_blocked or row_blocked kernel adds query_block, key_block and their "
+        "counts; empty for other kernels"
+    )
     buffers: list[Buffer] = Field(description="every value the kernel touches, with its memory level")
     estimate: CostEstimate = Field(description="the kernel's estimate under the hardware profile")
 
@@ -115,7 +117,9 @@ class Validation(_Open):
     tolerance: dict[str, float] = Field(default_factory=dict, description="allowed relative error per dtype")
     draws: list[Draw] | None = Field(None, description="each draw of inputs and what it showed")
     regions: int | None = Field(None, description="rewritten regions found (criterion regions)")
-    distinct_regions: int | None = Field(None, description="distinct region checks (a region fed the same values twice is one)")
+    distinct_regions: int | None = Field(
+        None, description="distinct region checks (a region fed the same values twice is one)"
+    )
     reused_regions: int | None = Field(None, description="of the distinct regions, those whose check passed "
                                                          "already on the same draws (an earlier candidate's)")
     reused_values: int | None = Field(None, description="values the regions start from that an earlier "

@@ -56,8 +56,8 @@ def sweep_grid(base: HardwareProfile, params: dict[str, list[Any]]) -> list[tupl
 
 
 def gemm_shapes(program: dict[str, Any]) -> list[str]:
-    """`m x k x n` (`batch x m x k x n` when batched) of each GEMM in program order: shows a re-association or a merge that
-    leaves the op counts unchanged."""
+    """`m x k x n` (`batch x m x k x n` when batched) of each GEMM in program order: shows a
+    re-association or a merge that leaves the op counts unchanged."""
     avals = avals_of(program)
     shapes = []
     for e in program["eqns"]:

@@ -51,10 +51,20 @@ def render_report(response: dict[str, Any]) -> str:
     if points:
         specs["roofline"] = roofline_spec(kernels, _profile(estimate["hardware"]))
     return _TEMPLATES.get_template("report.html.j2").render(
-        response=response, estimate=estimate, estimates=estimate_rows(estimate),
-        validation=validation_rows(response["validation"]), rewrites=rewrite_rows(report),
-        search=search_rows(report), notes=report.get("notes", []),
-        kernel_count=len(kernels), baseline_count=None if baseline_kernels is None else len(baseline_kernels),
-        off_roofline=len(kernels) - len(points), specs=specs,
-        before_svg=before, after_svg=after, no_dot=NO_DOT, bounds=[(BOUND_LABELS[b], c) for b, c in BOUND_COLORS.items()],
-        vega_js=vega_javascript())
+        response=response,
+        estimate=estimate,
+        estimates=estimate_rows(estimate),
+        validation=validation_rows(response["validation"]),
+        rewrites=rewrite_rows(report),
+        search=search_rows(report),
+        notes=report.get("notes", []),
+        kernel_count=len(kernels),
+        baseline_count=None if baseline_kernels is None else len(baseline_kernels),
+        off_roofline=len(kernels) - len(points),
+        specs=specs,
+        before_svg=before,
+        after_svg=after,
+        no_dot=NO_DOT,
+        bounds=[(BOUND_LABELS[b], c) for b, c in BOUND_COLORS.items()],
+        vega_js=vega_javascript(),
+    )

@@ -208,8 +208,9 @@ def test_attention_benchmark_reports_both_profiles_and_times_the_blocks_on_this_
             assert row[profile]["speedup"] >= 1.0 and row[profile]["over_bound"] >= 1.0
     assert all(r["cpu"]["jit_s"] > 0 and r["cpu"]["returned_s"] > 0 and r["cpu"]["by_hand_s"] > 0 for r in rows[:2])
     q, k, v = attention.workloads(64, ())["decoder block (causal)"][1]
-    np.testing.assert_allclose(attention.BY_HAND["decoder block (causal)"](q, k, v), attention._attention(True)(q, k, v),
-                               rtol=1e-5, atol=1e-6)  # the hand-written block computes the same
+    np.testing.assert_allclose(
+        attention.BY_HAND["decoder block (causal)"](q, k, v), attention._attention(True)(q, k, v), rtol=1e-5, atol=1e-6
+    )  # the hand-written block computes the same
     assert json.loads(out.read_text())["rows"][0]["n"] == 64
     assert "| encoder block | 64 |" in attention.table(rows, run.machine())
 

@@ -6,7 +6,6 @@ import random
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
-from hypothesis import strategies as st
 
 from costmodel.extract import dag_cost, extract_greedy_dag
 from costmodel.ilp import LP_TOLERANCE, IlpExtraction, extract_auto, extract_ilp, find_cycles, proven_minimum
@@ -150,7 +149,9 @@ def test_each_objective_gets_its_own_least_program():
     and its slices only when the slices count nothing, which they do: S alone counts 1."""
     view, table = _qkv_like()
     gemms = {node_id: 1.0 if node_id in ("s", "p1", "p2") else 0.0 for node_id in table}
-    by_cost, by_gemms = (proven_minimum(view, objective, node_limit=10_000, time_limit_s=10) for objective in (table, gemms))
+    by_cost, by_gemms = (
+        proven_minimum(view, objective, node_limit=10_000, time_limit_s=10) for objective in (table, gemms)
+    )
     assert by_cost == pytest.approx(3.2, rel=1e-6) and by_cost <= 3.2
     assert by_gemms == pytest.approx(1.0, rel=1e-6) and by_gemms <= 1.0
 

@@ -97,7 +97,10 @@ def test_long_attention_runs_blocked_at_its_bound_and_the_baseline_never_spills_
     assert tiling["query_block"] * tiling["query_blocks"] >= 8192 <= tiling["key_block"] * tiling["key_blocks"]
     assert _working_set(tiling) <= load_profile("optu-v1").memory.sram_bytes
     [baseline] = [k for k in response["baseline_kernels"] if k["kind"] == "row_blocked"]
-    assert baseline["tiling"]["key_blocks"] == 1 and _working_set(baseline["tiling"]) <= load_profile("optu-v1").memory.sram_bytes
+    assert (
+        baseline["tiling"]["key_blocks"] == 1
+        and _working_set(baseline["tiling"]) <= load_profile("optu-v1").memory.sram_bytes
+    )
     assert not any(b["level"] == "spill" for k in response["baseline_kernels"] for b in k["buffers"])
     estimate = response["estimate"]
     assert estimate["speedup_vs_baseline"] >= 1.0
@@ -205,6 +208,10 @@ def test_attention_of_sizes_no_block_divides_still_optimizes_and_validates(queri
     assert bool(kernels) == blocked
     for kernel in kernels:
         tiling = kernel["tiling"]
-        assert tiling["query_block"] * (tiling["query_blocks"] - 1) < queries <= tiling["query_block"] * tiling["query_blocks"]
+        assert (
+            tiling["query_block"] * (tiling["query_blocks"] - 1)
+            < queries
+            <= tiling["query_block"] * tiling["query_blocks"]
+        )
         assert tiling["key_block"] * (tiling["key_blocks"] - 1) < keys <= tiling["key_block"] * tiling["key_blocks"]
     assert response["estimate"]["speedup_vs_baseline"] >= 1.0

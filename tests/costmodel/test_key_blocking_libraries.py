@@ -1,9 +1,10 @@
 """Attention as libraries and models write it runs blocked at long N (by keys where that beats the
-baseline's blocks of query rows) with no rule or pattern of its own: jax.nn.dot_product_attention (its head-group transposes, V on the left of the mix),
-flax's linen and nnx layers (a row max taken before a transpose), equinox's layer, and a
-Llama-style block (RoPE, grouped K/V, causal mask), a ViT layer at 4097 patches, and torch's scaled_dot_product_attention and
-nn.MultiheadAttention through torch.export; a where that zeroes whole rows after the softmax
-(torch's fully-masked rows) is carried to the output, one that varies along the keys is not."""
+baseline's blocks of query rows) with no rule or pattern of its own: jax.nn.dot_product_attention
+(its head-group transposes, V on the left of the mix), flax's linen and nnx layers (a row max taken
+before a transpose), equinox's layer, and a Llama-style block (RoPE, grouped K/V, causal mask), a
+ViT layer at 4097 patches, and torch's scaled_dot_product_attention and nn.MultiheadAttention
+through torch.export; a where that zeroes whole rows after the softmax (torch's fully-masked rows)
+is carried to the output, one that varies along the keys is not."""
 from __future__ import annotations
 
 import equinox as eqx

@@ -58,7 +58,8 @@ def test_a_whole_long_context_layer_runs_its_attention_blocked_in_the_baseline_a
     """N = 8192: in the layer the greedy chain puts the score product with the projections, so only
     the regrouped grouping holds the attention whole; the baseline has it too (row-blocked: a
     conventional compiler that fuses GEMM chains fuses an attention whole), so its scores never
-    spill (its FFN's gelu does: the model holds a fused elementwise chain's values whole), and the optimized program's key blocking gains over it only by fewer K and V loads."""
+    spill (its FFN's gelu does: the model holds a fused elementwise chain's values whole), and the
+    optimized program's key blocking gains over it only by fewer K and V loads."""
     fn, args, weights = bert_encoder(1, seq=8192, batch=1)
     response = optimize(capture(fn, *args, weight_argnums=weights), "optu-v1", {"validate": False})
     assert [k["kind"] for k in response["kernels"]].count("key_blocked") == 1

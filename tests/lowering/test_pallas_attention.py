@@ -172,7 +172,9 @@ def test_gpu_roofline_prices_the_fused_kernel_only_where_pallas_returns_it(n, me
     assert 4 * (bq * (64 + 2 * 64 + 2) + bk * 2 * 64 + 2 * bq * bk) <= load_profile("gpu-roofline").memory.block_bytes
     estimate = pallas["estimate"]
     assert 1.5 <= estimate["speedup_vs_baseline"] <= measured
-    assert estimate["lower_bound"]["time_s"] <= estimate["optimized"]["time_s"] <= 1.3 * estimate["lower_bound"]["time_s"]
+    assert (
+        estimate["lower_bound"]["time_s"] <= estimate["optimized"]["time_s"] <= 1.3 * estimate["lower_bound"]["time_s"]
+    )
 
 
 def test_gpu_roofline_short_attention_stays_as_xla_runs_it():

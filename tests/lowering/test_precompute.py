@@ -58,6 +58,8 @@ def test_inside_a_trace_nothing_is_kept():
 
 def test_programs_without_weights_or_weight_only_work_get_none():
     program, _ = _program()
-    assert PrecomputedProgram.of({**program, "inputs": [{**s, "role": "activation"} for s in program["inputs"]]}) is None
+    assert (
+        PrecomputedProgram.of({**program, "inputs": [{**s, "role": "activation"} for s in program["inputs"]]}) is None
+    )
     plain = capture(lambda x, w: x @ w, np.ones((2, 3), np.float32), np.ones((3, 4), np.float32), weight_argnums=(1,))
     assert PrecomputedProgram.of(plain) is None  # the weight is read only together with x

@@ -93,7 +93,9 @@ def test_the_seeded_order_is_extracted_with_no_reassociation_rule():
     coster = NodeCoster(view, loaded.params, PROFILE, static_classes(view, program), proxy="epilogues")
     extraction = extract_greedy_dag(view, coster)
     optimum, _ = cheapest_order(DIMS, lambda m, k, n: price(program["eqns"][0]["params"], "float32", m, k, n))
-    left_to_right = sum(price(program["eqns"][0]["params"], "float32", DIMS[0], k, n) for k, n in zip(DIMS[1:], DIMS[2:]))
+    left_to_right = sum(
+        price(program["eqns"][0]["params"], "float32", DIMS[0], k, n) for k, n in zip(DIMS[1:], DIMS[2:])
+    )
     assert optimum < 0.5 * left_to_right
     assert abs(extraction.cost - optimum) < 1e-9
     emitted = emit_program(view, extraction.choice, loaded.params, program)

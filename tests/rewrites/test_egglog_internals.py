@@ -25,8 +25,12 @@ def _internals_used(text: str) -> list[str]:
 
 
 def test_only_the_door_touches_egglog_internals():
-    used = {str(path.relative_to(REPO)): found for package in PACKAGES for path in sorted((REPO / package).rglob("*.py"))
-            if path.relative_to(REPO) != DOOR and (found := _internals_used(path.read_text(encoding="utf-8")))}
+    used = {
+        str(path.relative_to(REPO)): found
+        for package in PACKAGES
+        for path in sorted((REPO / package).rglob("*.py"))
+        if path.relative_to(REPO) != DOOR and (found := _internals_used(path.read_text(encoding="utf-8")))
+    }
     assert used == {}
 
 

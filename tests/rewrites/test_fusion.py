@@ -32,10 +32,15 @@ def _arrays(*shapes):
 
 
 PROGRAMS = {
-    "gemm_epilogue": (lambda x, w, b, r: jax.nn.relu(x @ w + b) * 2.0 + r, _arrays((32, 64), (64, 48), (48,), (32, 48))),
+    "gemm_epilogue": (
+        lambda x, w, b, r: jax.nn.relu(x @ w + b) * 2.0 + r,
+        _arrays((32, 64), (64, 48), (48,), (32, 48)),
+    ),
     "softmax_chain": (lambda x, m: jax.nn.softmax(x * 0.125 + m, axis=-1), _arrays((8, 16, 16), (8, 16, 16))),
-    "layer_norm": (lambda x, g: (x - x.mean(-1, keepdims=True)) / jnp.sqrt(x.var(-1, keepdims=True) + 1e-5) * g,
-                   _arrays((16, 64), (64,))),
+    "layer_norm": (
+        lambda x, g: (x - x.mean(-1, keepdims=True)) / jnp.sqrt(x.var(-1, keepdims=True) + 1e-5) * g,
+        _arrays((16, 64), (64,)),
+    ),
     "exp_two_consumers": (lambda x, a, b: (jnp.exp(x) + a, jnp.exp(x) * b), _arrays((64, 64), (64, 64), (64, 64))),
     "gemm_two_consumers": (lambda x, w: (jnp.tanh(x @ w), (x @ w) * 3.0), _arrays((16, 32), (32, 16))),
 }

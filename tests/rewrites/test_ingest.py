@@ -30,7 +30,7 @@ from wire.params import strip_none_defaults
 
 rng = np.random.default_rng(0)
 F = lambda *s: rng.standard_normal(s).astype(np.float32)
-I = lambda *s: rng.integers(-5, 5, s).astype(np.int32)
+Ints = lambda *s: rng.integers(-5, 5, s).astype(np.int32)
 DN = (((1,), (0,)), ((), ()))
 TABLE = np.linspace(-1.0, 1.0, 6, dtype=np.float32)  # closed over: becomes a program const
 
@@ -55,7 +55,7 @@ PROGRAMS = {
                                         lax.select_n(jnp.clip(i, 0, 2), y, x, y * 2.0),  # opaque
                                         (x == y) | (x >= 0.0) & ~(y != 1.0), i & 3 ^ i,
                                         jnp.where(x <= y, 1.0, jnp.nan)),
-                       [F(3, 4), F(3, 4), I(3, 4)]),
+                       [F(3, 4), F(3, 4), Ints(3, 4)]),
     "layout": (lambda x, v: (x.T.reshape(12), jnp.broadcast_to(v, (3, 4)), lax.squeeze(x[:1], (0,)),
                              lax.slice(x, (1, 0), (3, 4), (1, 2)), jnp.concatenate([x, x * 2.0], 0),
                              lax.expand_dims(v, (0,)), x[:, 1:3]),
@@ -66,7 +66,7 @@ PROGRAMS = {
     "conv": (lambda a, k: lax.conv_general_dilated(a, k, (2, 1), ((1, 1), (0, 2)), rhs_dilation=(1, 2)),
              [F(2, 3, 8, 8), F(4, 3, 3, 3)]),
     "literals_consts": (lambda x, i: (x + jnp.asarray(TABLE[:4]), jnp.full((2,), jnp.inf), i * 7 + 3,
-                                      x * TABLE[2], jnp.float32(np.nan)), [F(3, 4), I(3)]),
+                                      x * TABLE[2], jnp.float32(np.nan)), [F(3, 4), Ints(3)]),
     "opaque": (lambda x, y, i: (jnp.cumsum(x, 1), *lax.sort((x, y), num_keys=1), *_scan(x),
                                 x[i], jnp.exp(lax.cumsum(x, 0))),
                [F(3, 4), F(3, 4), np.array([2, 0, 2], np.int32)]),

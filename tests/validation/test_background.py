@@ -65,7 +65,9 @@ def test_the_inputs_are_drawn_ahead_and_shared_by_the_validation():
     with BackgroundValidation(program, "real", {}) as early:
         early.settle(wait=True)
         drawn = dict(early.draws.arrays)
-        assert {(seed, name) for seed, name, *_ in drawn} == {(s, i["name"]) for s in range(TRIALS) for i in program["inputs"]}
+        assert {(seed, name) for seed, name, *_ in drawn} == {
+            (s, i["name"]) for s in range(TRIALS) for i in program["inputs"]
+        }
         assert not early.checking.is_set()
         early.start(program)
         assert early.checking.is_set()  # what the check reads and was not drawn yet, it draws itself

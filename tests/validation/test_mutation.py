@@ -31,7 +31,9 @@ def test_mutants_are_distinct_typed_single_point_changes():
     assert {"swap_op", "swap_operands", "shift_slice", "drop_step", "transpose_weight", "rewire"} & kinds == kinds
     assert len(kinds) >= 4  # the kinds are taken in turn
     for _, mutant in found:
-        changed = sum(a != b for a, b in zip(program["eqns"], mutant["eqns"])) + abs(len(program["eqns"]) - len(mutant["eqns"]))
+        changed = sum(a != b for a, b in zip(program["eqns"], mutant["eqns"])) + abs(
+            len(program["eqns"]) - len(mutant["eqns"])
+        )
         assert changed >= 1 and mutant != program
 
 

@@ -196,7 +196,10 @@ def test_a_float_sum_of_products_keeps_its_order_bit_for_bit():
 
 
 def test_a_complex_product_keeps_its_order_bit_for_bit():
-    z = (_normal(1000) + 1j * _normal(1000)).astype(np.complex64), (_normal(1000) + 1j * _normal(1000)).astype(np.complex64)
+    z = (
+        (_normal(1000) + 1j * _normal(1000)).astype(np.complex64),
+        (_normal(1000) + 1j * _normal(1000)).astype(np.complex64),
+    )
     assert find_regions(capture(jnp.multiply, *z), capture(lambda a, b: b * a, *z), ValueTable(real=False)).regions
 
 

@@ -34,13 +34,19 @@ CASES = {
     "aten.addmm.default": lambda g: ((randn(g, 4), randn(g, 3, 5), randn(g, 5, 4)), {"beta": 0.5, "alpha": 2.0}),
     "aten.baddbmm.default": lambda g: ((randn(g, 2, 3, 4), randn(g, 2, 3, 5), randn(g, 2, 5, 4)), {}),
     "aten.convolution.default": lambda g: (
-        (randn(g, 2, 4, 9, 8), randn(g, 6, 2, 3, 2), randn(g, 6), [2, 1], [1, 0], [1, 2], False, [0], 2), {}),
+        (randn(g, 2, 4, 9, 8), randn(g, 6, 2, 3, 2), randn(g, 6), [2, 1], [1, 0], [1, 2], False, [0], 2),
+        {},
+    ),
     "aten._native_batch_norm_legit_no_training.default": lambda g: (
-        (randn(g, 2, 3, 4, 4), randn(g, 3), randn(g, 3), randn(g, 3), positive(g, 3), 0.1, 1e-5), {}),
+        (randn(g, 2, 3, 4, 4), randn(g, 3), randn(g, 3), randn(g, 3), positive(g, 3), 0.1, 1e-5),
+        {},
+    ),
     "aten.native_layer_norm.default": lambda g: ((randn(g, 2, 3, 8), [3, 8], randn(g, 3, 8), randn(g, 3, 8), 1e-5), {}),
-    "aten.native_group_norm.default": lambda g: (
-        (randn(g, 2, 6, 5), randn(g, 6), randn(g, 6), 2, 6, 5, 3, 1e-5), {}),
-    "aten.max_pool2d_with_indices.default": lambda g: ((randn(g, 2, 3, 7, 7), [3, 3], [2, 2], [1, 1], [1, 1], True), {}),
+    "aten.native_group_norm.default": lambda g: ((randn(g, 2, 6, 5), randn(g, 6), randn(g, 6), 2, 6, 5, 3, 1e-5), {}),
+    "aten.max_pool2d_with_indices.default": lambda g: (
+        (randn(g, 2, 3, 7, 7), [3, 3], [2, 2], [1, 1], [1, 1], True),
+        {},
+    ),
     "aten.max_pool3d_with_indices.default": lambda g: ((randn(g, 1, 2, 4, 5, 4), [2, 2, 2]), {}),
     "aten.avg_pool2d.default": lambda g: ((randn(g, 2, 3, 7, 7), [3, 3], [2, 2], [1, 1], True, False), {}),
     "aten.avg_pool1d.default": lambda g: ((randn(g, 2, 3, 9), [3], [2], [1]), {}),
@@ -55,12 +61,28 @@ CASES = {
     # torch.nn's fused inference paths
     "aten._transformer_encoder_layer_fwd.default": lambda g: (encoder_layer(g, norm_first=False, gelu=False), {}),
     "aten._native_multi_head_attention.default": lambda g: (
-        (randn(g, 2, 5, 8), randn(g, 2, 5, 8), randn(g, 2, 5, 8), 8, 2, randn(g, 24, 8) / 3, randn(g, 24),
-         randn(g, 8, 8) / 3, randn(g, 8), torch.tensor([[False] * 4 + [True], [False] * 5])), {"mask_type": 1}),
+        (
+            randn(g, 2, 5, 8),
+            randn(g, 2, 5, 8),
+            randn(g, 2, 5, 8),
+            8,
+            2,
+            randn(g, 24, 8) / 3,
+            randn(g, 24),
+            randn(g, 8, 8) / 3,
+            randn(g, 8),
+            torch.tensor([[False] * 4 + [True], [False] * 5]),
+        ),
+        {"mask_type": 1},
+    ),
     "aten._embedding_bag.default": lambda g: (
-        (randn(g, 10, 4), ints(g, 10, 9), torch.tensor([0, 2, 2, 6]), False, 1), {"padding_idx": 3}),
+        (randn(g, 10, 4), ints(g, 10, 9), torch.tensor([0, 2, 2, 6]), False, 1),
+        {"padding_idx": 3},
+    ),
     "aten._embedding_bag_forward_only.default": lambda g: (
-        (randn(g, 10, 4), ints(g, 10, 9), torch.tensor([0, 4, 9]), False, 0, False, randn(g, 9), True), {}),
+        (randn(g, 10, 4), ints(g, 10, 9), torch.tensor([0, 4, 9]), False, 0, False, randn(g, 9), True),
+        {},
+    ),
     # views and movement
     "aten.view.default": lambda g: ((randn(g, 2, 6), [3, -1]), {}),
     "aten._unsafe_view.default": lambda g: ((randn(g, 2, 6), [12]), {}),
@@ -141,8 +163,10 @@ CASES = {
     "aten._unsafe_index.Tensor": lambda g: ((randn(g, 4, 5), [ints(g, 4, 2, 3)]), {}),
     "aten.index_select.default": lambda g: ((randn(g, 4, 5), 1, ints(g, 5, 7)), {}),
     "aten.gather.default": lambda g: ((randn(g, 4, 5), 1, ints(g, 5, 3, 2)), {}),
-    "aten.scatter.src": lambda g: ((randn(g, 4, 5), 0, torch.randperm(4, generator=g)[:3].reshape(3, 1).expand(3, 2),
-                                    randn(g, 3, 5)), {}),
+    "aten.scatter.src": lambda g: (
+        (randn(g, 4, 5), 0, torch.randperm(4, generator=g)[:3].reshape(3, 1).expand(3, 2), randn(g, 3, 5)),
+        {},
+    ),
     "aten.scatter.value": lambda g: ((randn(g, 4, 5), 1, torch.tensor([[0, 3], [1, 2]]), 9.0), {}),
     "aten.scatter_add.default": lambda g: ((randn(g, 4, 5), 0, ints(g, 4, 6, 5), randn(g, 6, 5)), {}),
     "aten.index_put.default": lambda g: ((randn(g, 4, 5), [torch.tensor([0, 2, 2])], randn(g, 5), True), {}),

@@ -13,7 +13,9 @@ from wire.execute import program_to_callable, typecheck
 from wire.torch_capture import graph_to_wire, to_numpy
 
 
-def aten_graph(op: Any, args: tuple, kwargs: dict, outputs: int | None = None) -> tuple[torch.fx.Graph, list[torch.Tensor], list[torch.Tensor]]:
+def aten_graph(
+    op: Any, args: tuple, kwargs: dict, outputs: int | None = None
+) -> tuple[torch.fx.Graph, list[torch.Tensor], list[torch.Tensor]]:
     """A graph of `op` applied to placeholders for the tensors in args/kwargs, returning its first
     `outputs` outputs (all when None); each node's meta holds the eager value, as export's fake
     tensors would."""

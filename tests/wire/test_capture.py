@@ -210,8 +210,11 @@ def test_control_flow_keeps_nested_programs():
     for op, fn in fns.items():
         program = capture(fn, *x)
         eqn = next(e for e in program["eqns"] if e["op"] == op)
-        nested = [v for v in jax.tree_util.tree_leaves(eqn["params"], is_leaf=lambda v: isinstance(v, dict) and "program" in v)
-                  if isinstance(v, dict) and "program" in v]
+        nested = [
+            v
+            for v in jax.tree_util.tree_leaves(eqn["params"], is_leaf=lambda v: isinstance(v, dict) and "program" in v)
+            if isinstance(v, dict) and "program" in v
+        ]
         assert nested, op
         for sub in nested:
             WireProgram.model_validate(sub["program"])
@@ -238,7 +241,7 @@ def test_closed_over_arrays_become_consts_and_literals_keep_dtype():
     program = assert_round_trip(lambda x: (x * table + 2.0).astype(jnp.int8) + np.int8(3), _args("f"))
     assert [c["name"] for c in program["consts"]] == ["c0"]
     lits = [x for e in program["eqns"] for x in e["in"] if isinstance(x, dict)]
-    assert {(float(l["lit"]), l["dtype"]) for l in lits} >= {(2.0, "float32"), (3.0, "int8")}
+    assert {(float(lit["lit"]), lit["dtype"]) for lit in lits} >= {(2.0, "float32"), (3.0, "int8")}
 
 
 def test_a_custom_linear_solve_is_inlined_as_its_solve():

@@ -19,25 +19,52 @@ def _program(batch, queries, keys, blocks, dtype="float32", zero_rows=False):
     """softmax(where(q_pos >= k_pos, s * 0.3 + bias, -inf)) @ v, bias one value per key and batch."""
     bq, bk = min(blocks[0], queries), min(blocks[1], keys)
     block = [bq, bk]
-    transform = {"format": "optu.jaxpr/v1", "consts": [],
-                 "inputs": [_spec("s", block, dtype), _spec("qp", block, "int32"), _spec("kp", block, "int32"),
-                            _spec("bias", block, dtype)],
-                 "eqns": [{"op": "mul", "in": ["s", {"lit": 0.3, "dtype": dtype}], "out": [_spec("a", block, dtype)],
-                           "params": {}},
-                          {"op": "add", "in": ["a", "bias"], "out": [_spec("b", block, dtype)], "params": {}},
-                          {"op": "ge", "in": ["qp", "kp"], "out": [_spec("m", block, "bool")], "params": {}},
-                          {"op": "broadcast_in_dim", "in": [{"lit": "-inf", "dtype": dtype}],
-                           "out": [_spec("ninf", block, dtype)],
-                           "params": {"shape": block, "broadcast_dimensions": [], "sharding": None}},
-                          {"op": "select_n", "in": ["m", "ninf", "b"], "out": [_spec("e", block, dtype)], "params": {}}],
-                 "outputs": ["e"]}
+    transform = {
+        "format": "optu.jaxpr/v1",
+        "consts": [],
+        "inputs": [
+            _spec("s", block, dtype),
+            _spec("qp", block, "int32"),
+            _spec("kp", block, "int32"),
+            _spec("bias", block, dtype),
+        ],
+        "eqns": [
+            {"op": "mul", "in": ["s", {"lit": 0.3, "dtype": dtype}], "out": [_spec("a", block, dtype)], "params": {}},
+            {"op": "add", "in": ["a", "bias"], "out": [_spec("b", block, dtype)], "params": {}},
+            {"op": "ge", "in": ["qp", "kp"], "out": [_spec("m", block, "bool")], "params": {}},
+            {
+                "op": "broadcast_in_dim",
+                "in": [{"lit": "-inf", "dtype": dtype}],
+                "out": [_spec("ninf", block, dtype)],
+                "params": {"shape": block, "broadcast_dimensions": [], "sharding": None},
+            },
+            {"op": "select_n", "in": ["m", "ninf", "b"], "out": [_spec("e", block, dtype)], "params": {}},
+        ],
+        "outputs": ["e"],
+    }
     inputs = [_spec("q", [batch, queries, 8], dtype), _spec("k", [batch, keys, 8], dtype),
               _spec("v", [batch, keys, 5], dtype), _spec("bias", [batch, 1, keys], dtype)]
     inputs += [_spec("keep", [1, queries, 1], "bool")] if zero_rows else []
-    return {"format": "optu.jaxpr/v1", "inputs": inputs, "consts": [], "outputs": ["o"],
-            "eqns": [{"op": "flash_attention", "in": [i["name"] for i in inputs], "out": [_spec("o", [batch, queries, 5], dtype)],
-                      "params": {"score_transform": {"program": transform}, "query_block": blocks[0],
-                                 "key_block": blocks[1], "zero_rows": zero_rows, "out_dtype": dtype}}]}
+    return {
+        "format": "optu.jaxpr/v1",
+        "inputs": inputs,
+        "consts": [],
+        "outputs": ["o"],
+        "eqns": [
+            {
+                "op": "flash_attention",
+                "in": [i["name"] for i in inputs],
+                "out": [_spec("o", [batch, queries, 5], dtype)],
+                "params": {
+                    "score_transform": {"program": transform},
+                    "query_block": blocks[0],
+                    "key_block": blocks[1],
+                    "zero_rows": zero_rows,
+                    "out_dtype": dtype,
+                },
+            }
+        ],
+    }
 
 
 def _reference(q, k, v, bias, keep=None):

@@ -4,7 +4,6 @@ capture (from constants) states nothing."""
 from __future__ import annotations
 
 import jax
-import numpy as np
 import pytest
 import torch
 

@@ -42,7 +42,10 @@ def test_parameters_become_weight_inputs_and_buffers_constants_of_the_program():
     # conv weight+bias, bn weight+bias, fc weight+bias; the unused step counter is dropped
     assert roles == ["weight"] * 6 + ["activation"]
     held = [decode_array(ConstSpec(**c)) for c in captured.program["consts"]]
-    for stat in (to_numpy(model.bn.running_mean), to_numpy(model.bn.running_var)):  # the running statistics are in the program as they are in the module
+    for stat in (
+        to_numpy(model.bn.running_mean),
+        to_numpy(model.bn.running_var),
+    ):  # the running statistics are in the program as they are in the module
         assert any(h.shape == stat.shape and np.array_equal(h, stat) for h in held)
     assert {s["dtype"] for s in captured.program["inputs"]} == {"float32"}
     np.testing.assert_array_equal(captured.weights[0], to_numpy(model.conv.weight))

@@ -15,11 +15,26 @@ from wire.aten import load_families
 from wire.torch_capture import UnsupportedAtenOp, capture_torch
 
 # tolerances for ops whose torch kernels sum in another order (GEMMs, convolutions, pools)
-LOOSE = {"aten._transformer_encoder_layer_fwd.default", "aten._native_multi_head_attention.default",
-         "aten._embedding_bag.default", "aten._embedding_bag_forward_only.default", "aten.convolution.default", "aten.baddbmm.default", "aten.addmm.default", "aten.bmm.default",
-         "aten.mm.default", "aten.native_group_norm.default", "aten.native_layer_norm.default",
-         "aten.upsample_bilinear2d.vec", "aten.upsample_linear1d.vec", "aten._adaptive_avg_pool2d.default",
-         "aten.adaptive_avg_pool1d.default", "aten.logsumexp.default", "aten.var.correction", "aten.var.dim"}
+LOOSE = {
+    "aten._transformer_encoder_layer_fwd.default",
+    "aten._native_multi_head_attention.default",
+    "aten._embedding_bag.default",
+    "aten._embedding_bag_forward_only.default",
+    "aten.convolution.default",
+    "aten.baddbmm.default",
+    "aten.addmm.default",
+    "aten.bmm.default",
+    "aten.mm.default",
+    "aten.native_group_norm.default",
+    "aten.native_layer_norm.default",
+    "aten.upsample_bilinear2d.vec",
+    "aten.upsample_linear1d.vec",
+    "aten._adaptive_avg_pool2d.default",
+    "aten.adaptive_avg_pool1d.default",
+    "aten.logsumexp.default",
+    "aten.var.correction",
+    "aten.var.dim",
+}
 # ops whose inputs come from fixed examples in test_torch_elementwise.py rather than CASES
 ELEMENTWISE = {f"aten.{n}.default" for n in UNARY} | {f"aten.{n}" for n in BINARY + INT_BINARY + SCALAR} | {
     "aten.gelu.default", "aten.leaky_relu.default", "aten.hardtanh.default", "aten.elu.default"}

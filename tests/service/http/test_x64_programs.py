@@ -37,7 +37,9 @@ def test_a_64_bit_model_is_optimized_validated_and_returned_in_its_own_types(ser
         assert response["validation"]["status"] == REWRITTEN[name], response["validation"]
         assert response["estimate"]["speedup_vs_baseline"] > 1.0
     optimized = response["program"]
-    assert [(s["shape"], s["dtype"]) for s in optimized["inputs"]] == [(s["shape"], s["dtype"]) for s in program["inputs"]]
+    assert [(s["shape"], s["dtype"]) for s in optimized["inputs"]] == [
+        (s["shape"], s["dtype"]) for s in program["inputs"]
+    ]
     assert _signature(optimized, optimized["outputs"]) == _signature(program, program["outputs"])
 
     got = jitted_program(optimized)(*jax.tree.leaves(args))

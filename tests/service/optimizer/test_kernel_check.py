@@ -15,4 +15,6 @@ def test_the_kernel_check_times_both_programs_kernels_and_they_differ():
                             budget_per_kernel_s=0.01)
     assert checked["baseline"]["kernels"] > 0 and checked["optimized"]["kernels"] > 0
     assert checked["baseline"]["kernels"] != checked["optimized"]["kernels"]  # the optimizer changed the kernels
-    assert -1 <= checked["optimized"]["spearman"] <= 1 and checked["optimized"]["median_ratio_estimate_over_measured"] > 0
+    assert (
+        -1 <= checked["optimized"]["spearman"] <= 1 and checked["optimized"]["median_ratio_estimate_over_measured"] > 0
+    )
