@@ -7,7 +7,7 @@ baseline on `optu-v1`. It is recomputed with each of the profile's assumed numbe
 overheads the profile says the OPTU does not have) have no x0.5 or x2: they are tried at 0.1 and
 1 us. Each point is a whole optimization of every model (the chosen program may change with the
 hardware), with validation off (it does not change an estimate); the points run on two
-processes. Writes bench/results/assumptions.json and the README table between
+processes. Writes bench/results/assumptions.json and the table in docs/benchmarks.md between
 `<!-- assumptions:begin/end -->`.
 """
 from __future__ import annotations
@@ -152,13 +152,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--only", nargs="*", help="sweep only these assumptions (dotted names)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--no-readme", action="store_true")
+    parser.add_argument("--no-docs", action="store_true")
     args = parser.parse_args(argv)
     rows = measure(args.models, args.workers, args.only)
     summary = summarize(rows)
     meta = machine()
     payload = {"machine": meta, "profile": PROFILE, "models": args.models, "summary": summary, "points": rows}
-    publish(args.out, payload, table(rows, summary, meta, len(args.models)), "assumptions", readme=not args.no_readme)
+    publish(args.out, payload, table(rows, summary, meta, len(args.models)), "assumptions", docs=not args.no_docs)
     return payload
 
 

@@ -5,8 +5,8 @@ heads, head dim 64): the fair baseline's and the optimizer's estimates on `optu-
 `gpu-roofline` (returned as ops, and with `lowering: "pallas"`), the speedup, optimized / lower
 bound, the optimizer's wall time, and for the blocks that fit this machine, the measured time of
 the returned program against `jax.jit` of the original (interleaved medians). Writes
-bench/results/attention.json and the README table between `<!-- attention:begin -->` and
-`<!-- attention:end -->`. Wall times are reported, never asserted.
+bench/results/attention.json and the table in docs/benchmarks.md between `<!-- attention:begin -->`
+and `<!-- attention:end -->`. Wall times are reported, never asserted.
 """
 from __future__ import annotations
 
@@ -150,11 +150,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--layers", type=int, nargs="*", default=[1, 12], help="encoder depths to include")
     parser.add_argument("--budget", type=float, default=3.0, help="seconds of CPU timing per measured row")
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--no-readme", action="store_true")
+    parser.add_argument("--no-docs", action="store_true")
     args = parser.parse_args(argv)
     rows = measure(tuple(args.lengths), tuple(args.layers), args.budget)
     meta = machine()
-    publish(args.out, {"machine": meta, "rows": rows}, table(rows, meta), "attention", not args.no_readme)
+    publish(args.out, {"machine": meta, "rows": rows}, table(rows, meta), "attention", not args.no_docs)
     return rows
 
 

@@ -80,7 +80,7 @@ def main() -> None:
     parser.add_argument("--models", nargs="*", default=list(ZOO))
     parser.add_argument("--profile", default="cpu-host", help="profile whose kernel estimates are checked")
     parser.add_argument("--hardware", default="optu-v1", help="profile for the greedy vs ILP comparison")
-    parser.add_argument("--no-readme", action="store_true")
+    parser.add_argument("--no-docs", action="store_true")
     args = parser.parse_args()
     apply_measurement_settings()  # before any JAX computation creates the CPU client
     programs = zoo_programs(args.models)
@@ -90,7 +90,7 @@ def main() -> None:
     summary = by_kind(kernels)
     publish(RESULTS, {"profile": args.profile, "machine": machine(), "summary": summary, "per_model": per_model,
                       "extraction": {"hardware": args.hardware, "models": extraction}, "kernels": kernels},
-            markdown(args.profile, summary, per_model, extraction, args.hardware), "calibration", not args.no_readme)
+            markdown(args.profile, summary, per_model, extraction, args.hardware), "calibration", not args.no_docs)
 
 
 if __name__ == "__main__":

@@ -105,7 +105,7 @@ def _percent(x: float) -> str:
 
 
 def ceiling_table(rows: list[dict[str, Any]], summary: dict[str, Any]) -> str:
-    """The README's second table: each chain/RNN model, its alternatives, ceiling and optimized."""
+    """The second table of the CPU benchmark: each chain/RNN model, its alternatives, ceiling and optimized."""
     lines = [f"Chains and RNNs against a measured ceiling: the fastest of the hand-written programs a "
              f"performance engineer would try under `jax.jit` (the program as written; a chain in its "
              f"flop-optimal parenthesisation; an RNN with every step's `x @ W_x` hoisted into one GEMM before "

@@ -12,7 +12,7 @@ values computed ahead.
 The chain and RNN workloads are also held to a measured ceiling: the fastest of the hand-written
 alternatives a performance engineer would try under jax.jit (bench/models/variants.py), each
 checked against the original first, timed in rounds with the original and the optimized program.
-Writes bench/results/cpu_speed.json and the README tables between `<!-- cpu_speed:begin/end -->`.
+Writes bench/results/cpu_speed.json and the tables in docs/benchmarks.md between `<!-- cpu_speed:begin/end -->`.
 """
 from __future__ import annotations
 
@@ -228,10 +228,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                                                    "the held-out ones")
     parser.add_argument("--heldout", action="store_true",
                         help="the workloads no estimate was tuned on (bench/models/heldout.py), without the ceiling "
-                             f"table, into {HELDOUT_RESULTS.name} and the README's held-out table")
+                             f"table, into {HELDOUT_RESULTS.name} and the held-out table in docs/benchmarks.md")
     parser.add_argument("--budget", type=float, default=2.0, help="seconds of timed runs per model")
     parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--no-readme", action="store_true")
+    parser.add_argument("--no-docs", action="store_true")
     parser.add_argument("--ceiling-runs", type=int, default=CeilingSettings.runs,
                         help="interleaved rounds for the chain/RNN ceiling table (at least 2)")
     parser.add_argument("--ceiling-reps", type=int, default=CeilingSettings.min_reps,
@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         text += "\n\n" + ceiling_table(ceilings, summary["ceiling"])
     publish(out, {"hardware": HARDWARE, "machine": meta, "measurement_settings": args.measurement_settings,
                   "summary": summary, "models": rows}, text, "cpu_speed_heldout" if args.heldout else "cpu_speed",
-            not args.no_readme)
+            not args.no_docs)
     return {"summary": summary, "models": rows}
 
 

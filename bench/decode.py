@@ -7,8 +7,8 @@ its weight-only work run once) against `jax.jit` of the step, in interleaved rou
 estimate of the returned program against the fair baseline and the lower bound on optu-v1 and
 gpu-roofline. The same for PyTorch: a Hugging Face GPT-2 of the same sizes, its step on a static
 cache of that length through `optimize` (the returned callable, its cache written in place)
-against eager, every call at the last position. Writes bench/results/decode.json and the README
-table between `<!-- decode:begin/end -->`.
+against eager, every call at the last position. Writes bench/results/decode.json and the table in
+docs/benchmarks.md between `<!-- decode:begin/end -->`.
 """
 from __future__ import annotations
 
@@ -110,12 +110,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--lengths", type=int, nargs="*", default=list(LENGTHS))
     parser.add_argument("--budget-s", type=float, default=4.0, help="timing budget per length")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "decode.json")
-    parser.add_argument("--no-readme", action="store_true")
+    parser.add_argument("--no-docs", action="store_true")
     args = parser.parse_args(argv)
     meta = machine()
     rows = [measure(length, args.budget_s) for length in args.lengths]
     payload = {"machine": meta, "rows": rows}
-    publish(args.out, payload, table(rows, meta), "decode", readme=not args.no_readme)
+    publish(args.out, payload, table(rows, meta), "decode", docs=not args.no_docs)
     return payload
 
 

@@ -8,7 +8,7 @@ its pins:
 
   python -m bench.gpu_speed prepare [--out DIR]       # here: optimize, export with jax.export
   python -m bench.gpu_speed time DIR [--out FILE]     # there: JAX and NumPy alone, under 5 minutes
-  python -m bench.gpu_speed report FILE               # here: the README table
+  python -m bench.gpu_speed report FILE               # here: the table in docs/benchmarks.md
 
 `prepare` exports each program for both CPU and CUDA (jax.export, serialized), so `time` can be
 tried on a CPU first (`--cpu`). Weight-only work runs once ahead of the timed calls, for both

@@ -5,7 +5,7 @@ HTTP: captured or not (and why), both verdicts (against the original program, ag
 the largest relative error against eager over every output leaf, the estimate's gain over the
 fair baseline, the optimization time, and mutants of the optimized program judged against
 PyTorch (a wrong one passed is a soundness bug). Writes bench/results/hf_models.json and the
-README table between `<!-- hf-models:begin/end -->`."""
+table in docs/benchmarks.md between `<!-- hf-models:begin/end -->`."""
 from __future__ import annotations
 
 import argparse
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mutants", type=int, default=8, help="mutants per model judged against PyTorch")
     parser.add_argument("--no-http", action="store_true")
     parser.add_argument("--output", type=Path, default=RESULTS)
-    parser.add_argument("--no-readme", action="store_true")
+    parser.add_argument("--no-docs", action="store_true")
     args = parser.parse_args(argv)
     if args.no_http:
         rows = [measure(name, None, args.time_limit_s, args.mutants) for name in args.models]
@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{len(equal)} of {len(rows)}. Wrong mutants passed against PyTorch: {', '.join(wrong) or 'none'}. "
             f"{machine_line(meta)}; `optu-v1`; regenerate with `python -m bench.hf_models`.")
     publish(args.output, {"meta": meta, "time_limit_s": args.time_limit_s, "rows": rows}, text, "hf-models",
-            readme=not args.no_readme)
+            docs=not args.no_docs)
     return 1 if wrong or len(equal) < len(rows) else 0
 
 

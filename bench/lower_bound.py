@@ -2,7 +2,7 @@
 Generated programs of every family (bench/models/generated.py) go through the whole pipeline on
 every shipped profile; each must come back with `lower_bound` at or below both the optimized and
 the baseline estimate, and `optimized / lower_bound` says how far from the floor the answer is.
-Writes bench/results/lower_bound.json and the README table between `<!-- lower_bound:begin -->`
+Writes bench/results/lower_bound.json and the table in docs/benchmarks.md between `<!-- lower_bound:begin -->`
 and `<!-- lower_bound:end -->`.
 """
 from __future__ import annotations
@@ -68,13 +68,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--profiles", nargs="*", default=list(PROFILES))
     parser.add_argument("--examples", type=int, default=15, help="programs per family and profile")
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--no-readme", action="store_true")
+    parser.add_argument("--no-docs", action="store_true")
     args = parser.parse_args(argv)
     rows = {profile: measure(profile, args.examples) for profile in args.profiles}
     summaries = {profile: summarize(r) for profile, r in rows.items()}
     meta = machine()
     publish(args.out, {"machine": meta, "summary": summaries, "programs": rows}, table(summaries, meta),
-            "lower_bound", not args.no_readme)
+            "lower_bound", not args.no_docs)
     return summaries
 
 

@@ -3,7 +3,7 @@ optimized, 20 deterministic single-point mutants of the optimized program are ma
 (bench/mutants.py), and each is validated against the original. A mutant validation reports
 `passed` that random testing does not show to compute the original's function is a soundness bug;
 the score is caught (failed) over the mutants that are not observably equivalent. Writes
-bench/results/mutation.json and the README table between `<!-- mutation:begin/end -->`."""
+bench/results/mutation.json and the table in docs/benchmarks.md between `<!-- mutation:begin/end -->`."""
 from __future__ import annotations
 
 import argparse
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--models", nargs="*", default=None, help=f"default: all of {', '.join(MODELS)}")
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--no-readme", action="store_true")
+    parser.add_argument("--no-docs", action="store_true")
     args = parser.parse_args(argv)
     rows = [score_model(name) for name in (args.models or MODELS)]
     low = [r["model"] for r in rows if r["score"] is not None and r["score"] < TARGET]
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         f"A mutant that is not observably equivalent reported passed: {', '.join(wrong) or 'none'}."
     )
     publish(args.out, {"machine": machine(), "target": TARGET, "models": rows}, text, "mutation",
-            readme=not args.no_readme)
+            docs=not args.no_docs)
     return 1 if wrong else 0
 
 

@@ -2,7 +2,7 @@
 against the fair baseline. It must never be above it; `kernels from` says whose kernels were
 returned (the e-graph's extraction, a policy over the optimized program, or the baseline's program
 where the gain was under the profile's `min_speedup`). Writes bench/results/never_worse.json and the
-README table between `<!-- never_worse:begin -->`/`<!-- never_worse:end -->`.
+table in docs/benchmarks.md between `<!-- never_worse:begin -->`/`<!-- never_worse:end -->`.
 """
 from __future__ import annotations
 
@@ -52,11 +52,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--models", nargs="*", default=list(MODELS))
     parser.add_argument("--profiles", nargs="*", default=list(PROFILES))
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--no-readme", action="store_true")
+    parser.add_argument("--no-docs", action="store_true")
     args = parser.parse_args(argv)
     rows, meta = measure(args.models, args.profiles), machine()
     publish(args.out, {"machine": meta, "profiles": args.profiles, "models": rows},
-            table(rows, args.profiles, meta), "never_worse", not args.no_readme)
+            table(rows, args.profiles, meta), "never_worse", not args.no_docs)
     return rows
 
 

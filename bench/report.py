@@ -1,5 +1,5 @@
-"""Shared output helpers for the benchmark scripts: machine description, results JSON, README
-tables between marker comments, and number formatting."""
+"""Shared output helpers for the benchmark scripts: machine description, results JSON, the tables
+of docs/benchmarks.md between marker comments, and number formatting."""
 from __future__ import annotations
 
 import json
@@ -13,7 +13,7 @@ from typing import Any, Iterable
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "bench" / "results"
-README = ROOT / "README.md"
+BENCHMARKS_PAGE = ROOT / "docs" / "benchmarks.md"
 # A missing marker pair goes after the last of these present: tables appear in `make bench` order.
 ANCHORS = ("<!-- mutation:end -->", "<!-- cpu_speed:end -->", "<!-- speed:end -->", "<!-- bench:end -->")
 
@@ -42,7 +42,7 @@ def _git_commit() -> str:
         changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
                                  capture_output=True, text=True, timeout=5).stdout.splitlines()
         # The benchmarks' own outputs do not make the measured code dirty.
-        dirty = [line for line in changed if not line[3:].startswith(("README.md", "bench/results/"))]
+        dirty = [line for line in changed if not line[3:].startswith(("docs/benchmarks.md", "bench/results/"))]
         return out.stdout.strip() + ("+dirty" if dirty else "") if out.returncode == 0 else "n/a"
     except (OSError, subprocess.SubprocessError):
         return "n/a"
@@ -60,7 +60,7 @@ def machine() -> dict[str, Any]:
 
 def machine_line(meta: dict[str, Any]) -> str:
     return (f"{meta['processor']} ({meta['cpus']} CPUs, {meta['machine']}), Python {meta['python']}, "
-            f"jax {meta['jax']}, egglog {meta['egglog']}, commit {meta['commit']}")
+            f"jax {meta['jax']}, egglog {meta['egglog']}")
 
 
 def write_json(path: Path, payload: dict[str, Any]) -> None:
@@ -68,20 +68,20 @@ def write_json(path: Path, payload: dict[str, Any]) -> None:
     path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
 
 
-def publish(path: Path, payload: dict[str, Any], text: str, section: str, readme: bool = True) -> None:
-    """A benchmark's results: the JSON file, the table printed, and the README table between
-    `<!-- {section}:begin -->` and `<!-- {section}:end -->` regenerated (unless `readme` is off)."""
+def publish(path: Path, payload: dict[str, Any], text: str, section: str, docs: bool = True) -> None:
+    """A benchmark's results: the JSON file, the table printed, and its table in docs/benchmarks.md
+    between `<!-- {section}:begin -->` and `<!-- {section}:end -->` regenerated (unless `docs` is off)."""
     write_json(path, payload)
     print(text)
-    if readme:
-        update_readme(text, f"<!-- {section}:begin -->", f"<!-- {section}:end -->")
+    if docs:
+        update_table(text, f"<!-- {section}:begin -->", f"<!-- {section}:end -->")
 
 
-def update_readme(text: str, begin: str = "<!-- bench:begin -->", end: str = "<!-- bench:end -->",
-                  readme: Path = README) -> None:
+def update_table(text: str, begin: str = "<!-- bench:begin -->", end: str = "<!-- bench:end -->",
+                 page: Path = BENCHMARKS_PAGE) -> None:
     """Replace the text between two marker comments; a missing pair is added after the benchmark
     tables already there (`ANCHORS`)."""
-    content = readme.read_text()
+    content = page.read_text()
     if begin not in content or end not in content:
         anchor = next((a for a in ANCHORS if a in content), None)
         if anchor is None:
@@ -89,7 +89,7 @@ def update_readme(text: str, begin: str = "<!-- bench:begin -->", end: str = "<!
         head, tail = content.split(anchor, 1)
         content = f"{head}{anchor}\n\n{begin}\n{end}{tail}"
     head, rest = content.split(begin, 1)
-    readme.write_text(f"{head}{begin}\n{text}\n{end}{rest.split(end, 1)[1]}")
+    page.write_text(f"{head}{begin}\n{text}\n{end}{rest.split(end, 1)[1]}")
 
 
 def geomean(values: Iterable[float]) -> float | None:

@@ -3,9 +3,9 @@
 Per model: estimated time and energy for naive, the fair baseline (the program as written under the
 conventional fusion policy) and optimized, speedup over each, kernel count and HBM traffic
 (baseline vs optimized), the algebra's gain under the baseline's own kernels, validation status
-and tolerance, and the optimizer's wall time per stage. Writes bench/results/latest.json and the README table between
-`<!-- bench:begin -->`/`<!-- bench:end -->`. Estimates are the optimizer's own; wall times are
-for this machine and are reported, never asserted.
+and tolerance, and the optimizer's wall time per stage. Writes bench/results/latest.json and the
+table in docs/benchmarks.md between `<!-- bench:begin -->`/`<!-- bench:end -->`. Estimates are the
+optimizer's own; wall times are for this machine and are reported, never asserted.
 """
 from __future__ import annotations
 
@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--models", nargs="*", default=None, help=f"default: all of {', '.join(MODELS)}")
     parser.add_argument("--small", action="store_true", help="only the small zoo (quick)")
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--no-readme", action="store_true")
+    parser.add_argument("--no-docs", action="store_true")
     args = parser.parse_args(argv)
     names = args.models or (list(SMALL) if args.small else list(MODELS))
     rows = []
@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                              f"{r['optimize_wall_s']:.2f} s"), flush=True)
     meta, summary = machine(), summarize(rows)
     publish(args.out, {"hardware": args.hardware, "machine": meta, "summary": summary, "models": rows},
-            table(rows, args.hardware, meta, summary), "bench", not args.no_readme)
+            table(rows, args.hardware, meta, summary), "bench", not args.no_docs)
     return {"summary": summary, "models": rows}
 
 

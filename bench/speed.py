@@ -20,7 +20,7 @@ Every row is `service.client.optimize` in this process (capture, search, extract
 validation, the callable built), after a warm-up as a server's worker does at start
 (service/optimizer/warm_up.py), so one-time process costs are not counted. Every row's estimate
 is compared with `--reference`'s, the estimates of the code before a change, so speed is never
-bought with quality. Writes bench/results/speed.json and the README table between
+bought with quality. Writes bench/results/speed.json and the table in docs/benchmarks.md between
 `<!-- speed:begin/end -->`.
 """
 from __future__ import annotations
@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--reference", action="store_true",
                         help="record this code's estimates as the reference later runs are compared with")
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--no-readme", action="store_true")
+    parser.add_argument("--no-docs", action="store_true")
     args = parser.parse_args(argv)
     shapes = TINY if args.tiny else {"one": ONE_LAYER_SHAPES, "twelve": TWELVE_LAYER_SHAPES, "layers": LAYERS,
                                      "chains": CHAIN_LENGTHS, "seeds": SEEDS, "batch": 8,
@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               "memory": server_peak_rss(encoder("plain", shapes["layers"][-1], *bert, shapes["batch"])),
               "rss_limit_bytes": RSS_LIMIT_BYTES, "cpus": os.cpu_count()}
     meta = machine()
-    publish(args.out, {"machine": meta, **result}, table(result, meta), "speed", not args.no_readme)
+    publish(args.out, {"machine": meta, **result}, table(result, meta), "speed", not args.no_docs)
     return result
 
 

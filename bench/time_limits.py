@@ -1,7 +1,7 @@
 """`python -m bench.time_limits`: the search is anytime. Each model is optimized under growing time
 limits and at the default settings; the estimate must not grow with the limit, and the default must
-come within 2% of the best the sweep found. Writes bench/results/time_limits.json and the README
-table between `<!-- time_limits:begin -->`/`<!-- time_limits:end -->`.
+come within 2% of the best the sweep found. Writes bench/results/time_limits.json and the table in
+docs/benchmarks.md between `<!-- time_limits:begin -->`/`<!-- time_limits:end -->`.
 
 For the matmul chain the table also gives its order's ceiling: the cheapest order the matrix-chain
 dynamic program finds under each price the optimizer uses (a GEMM kernel of its own; one of a run
@@ -114,12 +114,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--models", nargs="*", default=list(MODELS))
     parser.add_argument("--limits", type=float, nargs="*", default=list(LIMITS_S))
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--no-readme", action="store_true")
+    parser.add_argument("--no-docs", action="store_true")
     args = parser.parse_args(argv)
     results = [sweep(name, args.limits) for name in args.models]
     meta = machine()
     publish(args.out, {"machine": meta, "limits_s": args.limits, "models": results},
-            table(results, args.limits, meta), "time_limits", not args.no_readme)
+            table(results, args.limits, meta), "time_limits", not args.no_docs)
     return results
 
 

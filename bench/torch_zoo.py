@@ -75,12 +75,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--reps", type=int, default=200)
     parser.add_argument("--time-limit-s", type=float, default=10)
     parser.add_argument("--output", type=Path, default=RESULTS)
-    parser.add_argument("--no-readme", action="store_true")
+    parser.add_argument("--no-docs", action="store_true")
     args = parser.parse_args(argv)
     meta = machine()
     rows = [measure(name, args.reps, args.time_limit_s) for name in args.models]
     payload = {"meta": meta, "reps": args.reps, "rows": rows}
-    publish(args.output, payload, table(rows, meta, args.reps), "torch-zoo", readme=not args.no_readme)
+    publish(args.output, payload, table(rows, meta, args.reps), "torch-zoo", docs=not args.no_docs)
     return payload
 
 

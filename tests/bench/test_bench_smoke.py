@@ -16,7 +16,7 @@ from bench.models.heldout import HELDOUT
 from bench.models.registry import LARGE, MODELS, RNN_AND_CHAINS, SMALL, build
 from bench.models.variants import MODELS_WITH_ALTERNATIVES, alternatives
 from bench.models.zoo import WEIGHT_ARGNUMS, ZOO
-from bench.report import geomean, update_readme
+from bench.report import geomean, update_table
 from costmodel.profile import load_profile
 from costmodel.provenance import assumed
 from service import cli
@@ -42,7 +42,7 @@ def test_the_registry_holds_the_zoo_and_the_held_out_workloads():
 
 def test_quality_benchmark_reports_every_number_and_writes_its_files(tmp_path):
     out = tmp_path / "latest.json"
-    result = run.main(["--models", *QUICK, "--out", str(out), "--no-readme"])
+    result = run.main(["--models", *QUICK, "--out", str(out), "--no-docs"])
     saved = json.loads(out.read_text())
     assert [r["model"] for r in saved["models"]] == QUICK
     assert {"python", "jax", "egglog", "processor", "commit"} <= set(saved["machine"])
@@ -73,7 +73,7 @@ def test_a_failing_model_becomes_a_row_with_its_error():
 
 def test_speed_benchmark_reports_each_family_its_growth_and_the_servers_memory(tmp_path):
     out = tmp_path / "speed.json"
-    result = speed.main(["--tiny", "--out", str(out), "--no-readme"])
+    result = speed.main(["--tiny", "--out", str(out), "--no-docs"])
     groups = {r["group"] for r in result["rows"]}
     assert groups == {"encoder, 1 layer", "encoder, 12 layers", "chain 6", "chain 12", "hugging face"}
     assert {r["key"].split()[0] for r in result["rows"] if r["group"].startswith("encoder")} == {
@@ -96,7 +96,7 @@ def test_speed_benchmark_reports_each_family_its_growth_and_the_servers_memory(t
 
 def test_time_limit_sweep_reports_each_limit_the_default_and_the_chains_ceiling(tmp_path):
     out = tmp_path / "time_limits.json"
-    (chain,) = time_limits.main(["--models", "matmul_chain", "--limits", "0.1", "1", "--out", str(out), "--no-readme"])
+    (chain,) = time_limits.main(["--models", "matmul_chain", "--limits", "0.1", "1", "--out", str(out), "--no-docs"])
     assert [p["time_limit_s"] for p in chain["points"]] == [0.1, 1.0, None]
     assert all(p["validation"] == "identical" and p["estimate_s"] > 0 for p in chain["points"])  # reordered chains
     assert chain["default_vs_best"] >= 1.0 and isinstance(chain["non_increasing"], bool)
@@ -108,7 +108,7 @@ def test_time_limit_sweep_reports_each_limit_the_default_and_the_chains_ceiling(
 
 def test_cpu_speed_benchmark_measures_both_programs_interleaved(tmp_path):
     out = tmp_path / "cpu_speed.json"
-    result = cpu_speed.main(["--models", "mlp2", "--budget", "0.05", "--out", str(out), "--no-readme"])
+    result = cpu_speed.main(["--models", "mlp2", "--budget", "0.05", "--out", str(out), "--no-docs"])
     row = result["models"][0]
     assert "error" not in row, row.get("traceback")
     assert row["reps"] >= 5 and row["original"]["median_s"] > 0 and row["optimized"]["median_s"] > 0
@@ -148,7 +148,7 @@ def test_every_hand_written_alternative_computes_what_the_model_does(name):
 def test_cpu_speed_ceiling_times_the_alternatives_with_the_optimized_program(tmp_path):
     out = tmp_path / "cpu_speed.json"
     result = cpu_speed.main(["--models", "rnn_unrolled", "--budget", "0.02", "--ceiling-runs", "2",
-                             "--ceiling-reps", "1", "--out", str(out), "--no-readme"])
+                             "--ceiling-reps", "1", "--out", str(out), "--no-docs"])
     row = result["models"][0]["ceiling"]
     assert "error" not in row, row.get("traceback")
     assert set(row["alternatives"]) == {"as_written", "hoisted", "concat"} and row["runs"] == 2 and row["reps"] >= 1
@@ -176,14 +176,14 @@ def test_a_wrong_hand_written_alternative_is_caught_before_it_sets_the_ceiling(m
     assert "error:" in ceiling.ceiling_table([row], ceiling.summarize_ceiling([row], ceiling.CeilingSettings()))
 
 
-def test_readme_tables_are_replaced_between_markers_and_new_pairs_added(tmp_path):
-    readme = tmp_path / "README.md"
-    readme.write_text("# x\n<!-- bench:begin -->\nold\n<!-- bench:end -->\ntail\n")
-    update_readme("new table", readme=readme)
-    update_readme("speed v1", "<!-- speed:begin -->", "<!-- speed:end -->", readme=readme)
-    update_readme("speed v2", "<!-- speed:begin -->", "<!-- speed:end -->", readme=readme)
-    update_readme("speed table", "<!-- cpu_speed:begin -->", "<!-- cpu_speed:end -->", readme=readme)
-    text = readme.read_text()
+def test_benchmark_tables_are_replaced_between_markers_and_new_pairs_added(tmp_path):
+    page = tmp_path / "benchmarks.md"
+    page.write_text("# x\n<!-- bench:begin -->\nold\n<!-- bench:end -->\ntail\n")
+    update_table("new table", page=page)
+    update_table("speed v1", "<!-- speed:begin -->", "<!-- speed:end -->", page=page)
+    update_table("speed v2", "<!-- speed:begin -->", "<!-- speed:end -->", page=page)
+    update_table("speed table", "<!-- cpu_speed:begin -->", "<!-- cpu_speed:end -->", page=page)
+    text = page.read_text()
     assert "old" not in text and "new table" in text and "speed v1" not in text
     assert text.index("<!-- bench:end -->") < text.index("speed v2") < text.index("speed table")
     assert text.endswith("tail\n")
@@ -193,7 +193,7 @@ def test_readme_tables_are_replaced_between_markers_and_new_pairs_added(tmp_path
 def test_never_worse_benchmark_reports_each_profile(tmp_path):
     out = tmp_path / "never_worse.json"
     (row,) = never_worse.main(["--models", "mlp2", "--profiles", "optu-v1", "cpu-host", "--out", str(out),
-                               "--no-readme"])
+                               "--no-docs"])
     for profile in ("optu-v1", "cpu-host"):
         assert row[profile]["speedup_vs_baseline"] >= 1.0 and row[profile]["validation"] in ("passed", "identical")
     assert "below 1.00x anywhere: none" in never_worse.table([row], ["optu-v1", "cpu-host"], run.machine())
@@ -201,7 +201,7 @@ def test_never_worse_benchmark_reports_each_profile(tmp_path):
 
 def test_attention_benchmark_reports_both_profiles_and_times_the_blocks_on_this_cpu(tmp_path):
     out = tmp_path / "attention.json"
-    rows = attention.main(["--lengths", "64", "--layers", "1", "--budget", "0.2", "--out", str(out), "--no-readme"])
+    rows = attention.main(["--lengths", "64", "--layers", "1", "--budget", "0.2", "--out", str(out), "--no-docs"])
     assert [r["workload"] for r in rows] == ["encoder block", "decoder block (causal)", "BERT-base, 1 layer"]
     for row in rows:
         for profile in attention.PROFILES:
@@ -217,7 +217,7 @@ def test_attention_benchmark_reports_both_profiles_and_times_the_blocks_on_this_
 
 def test_decode_benchmark_times_the_jax_and_the_torch_step_against_their_references(tmp_path):
     out = tmp_path / "decode.json"
-    (row,) = decode.main(["--lengths", "32", "--budget-s", "0.2", "--out", str(out), "--no-readme"])["rows"]
+    (row,) = decode.main(["--lengths", "32", "--budget-s", "0.2", "--out", str(out), "--no-docs"])["rows"]
     assert min(row["jax_jit_s"], row["optimized_s"], row["eager_s"], row["torch_optimized_s"]) > 0
     assert row["cpu_validation"] in ("passed", "identical") and row["torch_validation"] in ("passed", "identical")
     assert set(row["estimates"]) == set(decode.PROFILES)
@@ -227,7 +227,7 @@ def test_decode_benchmark_times_the_jax_and_the_torch_step_against_their_referen
 
 def test_lower_bound_benchmark_counts_the_programs_where_the_bound_held(tmp_path):
     out = tmp_path / "lower_bound.json"
-    summaries = lower_bound.main(["--profiles", "gpu-roofline", "--examples", "1", "--out", str(out), "--no-readme"])
+    summaries = lower_bound.main(["--profiles", "gpu-roofline", "--examples", "1", "--out", str(out), "--no-docs"])
     summary = summaries["gpu-roofline"]
     assert summary["programs"] == summary["held"] == 6  # one of each family
     assert summary["geomean_optimized_over_bound"] >= 1.0
@@ -261,7 +261,7 @@ def test_the_assumption_sweep_moves_every_assumed_time_number_and_reports_the_ra
     assert gemms == [1, 4]  # and 16, as shipped
     out = tmp_path / "assumptions.json"
     result = assumptions.main(["--models", "mlp2", "matmul_chain", "--only", "kernel.max_gemms", "--workers", "1",
-                               "--out", str(out), "--no-readme"])
+                               "--out", str(out), "--no-docs"])
     assert json.loads(out.read_text())["summary"] == result["summary"]
     summary, rows = result["summary"], result["points"]
     assert len(rows) == 3 and summary["low"] <= summary["as_shipped"] <= summary["high"]
@@ -275,7 +275,7 @@ def test_torch_zoo_benchmark_writes_every_number(tmp_path):
 
     out = tmp_path / "torch_zoo.json"
     result = torch_zoo.main(["--models", "residual_mlp", "--reps", "2", "--time-limit-s", "2", "--output", str(out),
-                             "--no-readme"])
+                             "--no-docs"])
     row = json.loads(out.read_text())["rows"][0]
     assert row == result["rows"][0] and row["model"] == "residual_mlp"
     assert row["validation"] in ("passed", "identical", "inconclusive") and row["optimize_s"] > 0
@@ -291,7 +291,7 @@ def test_hf_models_benchmark_writes_every_path_and_the_mutants_verdicts(tmp_path
 
     out = tmp_path / "hf_models.json"
     status = hf_models.main(["--models", "distilbert", "--mutants", "3", "--time-limit-s", "3", "--no-http",
-                             "--output", str(out), "--no-readme"])
+                             "--output", str(out), "--no-docs"])
     row = json.loads(out.read_text())["rows"][0]
     assert status == 0 and row["model"] == "distilbert" and "http" not in row
     for path in ("optimize", "torch_compile"):
@@ -320,7 +320,7 @@ def test_gpu_attention_script_prepares_fused_programs_that_run_where_they_are_ti
 def test_cpu_speed_times_the_held_out_workloads_apart_from_the_bench(tmp_path):
     out = tmp_path / "heldout.json"
     result = cpu_speed.main(["--heldout", "--models", "chain_outer", "--budget", "0.05", "--out", str(out),
-                             "--no-readme"])
+                             "--no-docs"])
     [row] = result["models"]
     assert row["model"] == "chain_outer" and "error" not in row and "ceiling" not in row
     assert row["speedup_measured"] > 0 and row["estimate"]["speedup"] >= 1.0

@@ -2,7 +2,7 @@
 capture -> optimize -> run: each case either comes back validated and computing what JAX computes,
 or is refused with an error naming the primitive and the reason, which the HTTP API answers as a
 422. Nothing else: no crash, no other exception, no wrong answer. The refused primitives are the
-README's list: a newly refused one fails here."""
+list in docs/how-it-works.md: a newly refused one fails here."""
 from __future__ import annotations
 
 import collections
@@ -24,11 +24,11 @@ from wire.format import WireError
 pytestmark = pytest.mark.slow  # about 260 programs through the whole pipeline
 
 PER_GROUP = 2
-# The primitives the README says are refused, each with the words it names it by.
+# The primitives docs/how-it-works.md says are refused, each with the words it names it by.
 REFUSED = {"random_seed": "typed PRNG keys", "reduce": "`reduce` with a Python computation",
            "select_and_scatter_add": "`select_and_scatter_add`", "select_and_gather_add": "`select_and_gather_add`",
            "iota_2x32_shape": "`iota_2x32_shape`"}
-README = Path(__file__).resolve().parents[2] / "README.md"
+HOW_IT_WORKS = Path(__file__).resolve().parents[2] / "docs" / "how-it-works.md"
 GROUPS: dict[str, list] = collections.defaultdict(list)
 for _harness in test_harnesses.all_harnesses:
     GROUPS[_harness.group_name].append(_harness)
@@ -84,6 +84,6 @@ def test_a_jax_primitive_harness_round_trips_validated_or_is_refused_naming_the_
             assert_same(np.asarray(have), expected)
 
 
-def test_the_readme_names_every_refused_primitive():
-    refused = re.search(r"Refused today:(.*?)\.\n", README.read_text(), re.S).group(1)
+def test_the_docs_name_every_refused_primitive():
+    refused = re.search(r"Refused today:(.*?)\.\n", HOW_IT_WORKS.read_text(), re.S).group(1)
     assert [words for words in REFUSED.values() if words not in " ".join(refused.split())] == []

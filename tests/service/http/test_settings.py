@@ -1,4 +1,4 @@
-"""The settings: every one documented in the README's table, and URLs that are not Redis refused."""
+"""The settings: every one documented in the deployment page's table, and URLs that are not Redis refused."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,10 +9,10 @@ from pydantic import ValidationError
 from service.http.settings import Settings
 
 
-def test_the_readme_documents_every_setting():
-    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
-    missing = [f"OPTU_{name.upper()}" for name in Settings.model_fields if f"`OPTU_{name.upper()}`" not in readme]
-    assert not missing, f"settings without a row in the README's settings table: {missing}"
+def test_the_deployment_page_documents_every_setting():
+    page = (Path(__file__).resolve().parents[3] / "docs" / "deployment.md").read_text()
+    missing = [f"OPTU_{name.upper()}" for name in Settings.model_fields if f"`OPTU_{name.upper()}`" not in page]
+    assert not missing, f"settings without a row in docs/deployment.md's settings table: {missing}"
 
 
 @pytest.mark.parametrize("field", ["queue_url", "cache_url"])
