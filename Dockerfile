@@ -43,10 +43,6 @@ RUN find /opt/venv -name "*.so*" -type f -not -path "*/jaxlib/*" -not -path "*.l
 FROM python:3.11-slim AS runtime
 LABEL org.opencontainers.image.title="optu-eqsat" \
       org.opencontainers.image.description="Equality-saturation optimizer service for JAX programs"
-# Graphviz's `dot` lays out the HTML reports' dataflow graphs (GET /v1/results/{id}/report).
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends graphviz=2.42.2-7+deb12u1 \
-    && rm -rf /var/lib/apt/lists/*
 RUN groupadd --system --gid 10001 optu \
     && useradd --system --uid 10001 --gid optu --create-home --home-dir /home/optu optu \
     && mkdir -p /var/cache/optu \

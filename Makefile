@@ -4,20 +4,16 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 PY := $(VENV)/bin/python
 
-.PHONY: serve test test-fast bench image lock install clean graphviz chromium
+.PHONY: serve test test-fast bench image lock install clean chromium
 
 # Debian's packages, installed when missing (as root; otherwise the command to run is printed).
 APT_INSTALL = [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq
-# Graphviz's `dot` draws the reports' dataflow graphs; a server without it serves reports without them.
-graphviz:
-	@command -v dot >/dev/null || $(APT_INSTALL) graphviz >/dev/null || \
-	  echo "warning: reports will have no dataflow graphs until Debian's graphviz is installed" >&2
 # The browser the report tests drive through Playwright (never one Playwright downloads).
 chromium:
 	@command -v chromium >/dev/null || $(APT_INSTALL) chromium >/dev/null || \
 	  { echo "the browser tests need Debian's chromium: apt-get install chromium" >&2; exit 1; }
 
-$(STAMP): pyproject.toml | graphviz
+$(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'

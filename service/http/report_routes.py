@@ -21,7 +21,7 @@ router = APIRouter(tags=["reports"], responses=AUTH_ERRORS)
             responses={200: {"description": REPORT_DOC},
                        404: {"description": "no stored result has this id"}})
 def result_report(result_id: str, request: Request) -> HTMLResponse:
-    # Plain def: the lookup and Graphviz's layout block, so they run on a thread.
+    # Plain def: the lookup and the rendering block, so they run on a thread.
     response = request.app.state.cache.stored(result_id)
     if response is None:
         raise HTTPException(404, f"no result with id {result_id!r}: ids are those of /v1/optimize and job "

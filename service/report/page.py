@@ -35,9 +35,6 @@ def _profile(name: str) -> HardwareProfile | None:
     return load_profile(name) if name in list_profiles() else None
 
 
-NO_DOT = "Graphviz's dot is not installed where this report was made (apt-get install graphviz), so no graph."
-
-
 def render_report(response: dict[str, Any]) -> str:
     """The HTML report of an optimize response (as the API answers it)."""
     kernels, report = response["kernels"], response["report"]
@@ -64,7 +61,6 @@ def render_report(response: dict[str, Any]) -> str:
         specs=specs,
         before_svg=before,
         after_svg=after,
-        no_dot=NO_DOT,
         bounds=[(BOUND_LABELS[b], c) for b, c in BOUND_COLORS.items()],
         vega_js=vega_javascript(),
     )

@@ -331,3 +331,15 @@ def test_cpu_speed_times_the_held_out_workloads_apart_from_the_bench(tmp_path):
 def test_every_held_out_workload_captures_to_a_program_that_type_checks(name):
     fn, args, weights = HELDOUT[name]()
     typecheck(capture(fn, *args, weight_argnums=weights))
+
+
+def test_the_image_table_holds_the_image_to_its_target_above_the_base_and_names_each_dependency_use():
+    from bench import image
+
+    result = {"size_mb": 1200.0, "base_mb": 369.0, "runs": 2, "api_to_healthy_s": 3.0, "worker_to_healthy_s": 7.0,
+              "build_s": 30.0, "largest": [("jaxlib", 365.0), ("mystery", 40.0), ("other", 80.0)]}
+    text = image.table(result)
+    assert "831 MB above" in text and "not met" in text  # 1200 - 369 = 831 > 830
+    assert "| jaxlib | 365 | 44% | XLA:" in text and "| mystery | 40 | 5% |  |" in text
+    assert "met)" in image.table({**result, "size_mb": 1199.0}) and "not met" not in image.table(
+        {**result, "size_mb": 1199.0})

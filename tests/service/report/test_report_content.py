@@ -4,16 +4,19 @@ each value's HBM bytes, and the summary's numbers. (The rendered page: test_repo
 from __future__ import annotations
 
 import math
+from xml.etree import ElementTree
 
 import pytest
 from report_example import HARDWARE
 
 from costmodel.formulas import BOUNDS
 from costmodel.profile import load_profile
-from service.report.dataflow import dataflow_graph, kernel_node
+from service.report.dataflow import dataflow_graph, dataflow_svg, kernel_node
 from service.report.figures import roofline_points, roofline_spec, roofs, timeline_rows, timeline_spec
 from service.report.style import BOUND_COLORS, BOUND_LABELS, seconds, size
 from service.report.tables import estimate_rows, rewrite_rows, search_rows, validation_rows
+
+SVG = "{http://www.w3.org/2000/svg}"
 
 
 def test_the_example_has_what_a_report_must_show(response):
@@ -68,20 +71,51 @@ def test_roofline_points_are_each_kernels_intensity_and_throughput_under_the_pro
 
 def test_dataflow_graphs_draw_every_kernel_and_label_each_edge_with_its_hbm_bytes(response, program):
     kernels, precompute = response["kernels"], response["precompute_kernels"]
-    source = dataflow_graph(kernels, precompute).source
+    graph = dataflow_graph(kernels, precompute)
+    nodes = {n.name: n for n in graph.nodes}
     for kernel in kernels:
-        assert f"\t{kernel_node(kernel)} [label=\"k{kernel['id']} {kernel['kind']}" in source
+        assert nodes[kernel_node(kernel)].lines[0] == f"k{kernel['id']} {kernel['kind']}"
     for kernel in precompute:
-        assert f"\t{kernel_node(kernel, precompute=True)} [label=" in source and "once per weight set" in source
-    edges = [line for line in source.splitlines() if " -> " in line]
-    outputs = [e for e in edges if " -> outputs" in e]
-    assert len(edges) - len(outputs) == sum(len(k["inputs"]) for k in kernels + precompute)
+        node = nodes[kernel_node(kernel, precompute=True)]
+        assert node.dashed and node.lines[-1] == "once per weight set"
+    outputs = [e for e in graph.edges if e.target == "outputs"]
+    assert len(graph.edges) - len(outputs) == sum(len(k["inputs"]) for k in kernels + precompute)
     assert len(outputs) == len(program["outputs"])
     x = program["inputs"][0]  # the activation: 64 x 256 float32 read from HBM
     assert math.prod(x["shape"]) * 4 == 64 * 1024
-    assert any(e.startswith(f"\tin_{x['name']} -> ") and f"label=\"{x['name']}\\n64 KiB\"" in e for e in edges)
-    before = dataflow_graph(response["baseline_kernels"]).source
-    assert all(f"\tk{k['id']} [label=" in before for k in response["baseline_kernels"])
+    assert any(e.source == f"in_{x['name']}" and e.lines == (x["name"], "64 KiB") for e in graph.edges)
+    before = dataflow_graph(response["baseline_kernels"])
+    assert {f"k{k['id']}" for k in response["baseline_kernels"]} <= {n.name for n in before.nodes}
+
+
+def _boxes(svg: str) -> dict[str, tuple[float, float, float, float]]:
+    """Each node's (left, top, right, bottom) in the drawn SVG."""
+    root, boxes = ElementTree.fromstring(svg), {}
+    for group in root.iter(f"{SVG}g"):
+        if group.get("class") == "node":
+            shape = group.find(f"{SVG}rect")
+            if shape is not None:
+                x, y, w, h = (float(shape.get(a)) for a in ("x", "y", "width", "height"))
+            else:
+                shape = group.find(f"{SVG}ellipse")
+                cx, cy, rx, ry = (float(shape.get(a)) for a in ("cx", "cy", "rx", "ry"))
+                x, y, w, h = cx - rx, cy - ry, 2 * rx, 2 * ry
+            boxes[group.find(f"{SVG}title").text] = (x, y, x + w, y + h)
+    return boxes
+
+
+def test_the_drawn_graph_has_no_overlapping_nodes_and_every_edge_runs_down_to_its_reader(response):
+    graph = dataflow_graph(response["kernels"], response["precompute_kernels"])
+    svg = dataflow_svg(graph)
+    boxes = _boxes(svg)
+    assert set(boxes) == {n.name for n in graph.nodes}
+    width, height = (float(v) for v in ElementTree.fromstring(svg).get("viewBox").split()[2:])
+    for name, (left, top, right, bottom) in boxes.items():
+        assert 0 <= left < right <= width and 0 <= top < bottom <= height, name
+        for other, (l2, t2, r2, b2) in boxes.items():
+            assert other == name or right <= l2 or r2 <= left or bottom <= t2 or b2 <= top, (name, other)
+    for edge in graph.edges:  # a value is read below where it is made
+        assert boxes[edge.source][3] < boxes[edge.target][1], edge
 
 
 def test_summary_rows_are_the_responses_numbers(response):
