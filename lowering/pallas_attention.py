@@ -91,9 +91,8 @@ class _Realization:
                   "key_group": key_group, "value_group": value_group,
                   "zero_rows": keep is not None, "out_dtype": dtype}
         canonical = [math.prod(self.sizes[b] for b in batch), self.sizes["q"], math.prod(self.sizes[w] for w in width)]
-        result = self.out.emit(
-            "flash_attention", [q, k, v, *extras, *([keep] if keep else [])], canonical, dtype, params
-        )
+        operands = [q, k, v, *extras, *([keep] if keep else [])]
+        result = self.out.emit("flash_attention", operands, canonical, dtype, params)
         self.restore(result, [*batch, "q", *width], out_labels, mix.out)
         return self.out.eqns
 
@@ -290,39 +289,34 @@ class _Realization:
             scalar[eqns[-1]["out"][0]["name"]] = not shape
             return eqns[-1]["out"][0]["name"]
 
-        def as_block(name: str, dtype: str) -> str:
-            """A scalar made in the transform (from literals) broadcast to the block where the value was not one."""
-            return emit("broadcast_in_dim", [name], dtype, {"shape": block, "broadcast_dimensions": [],
-                                                            "sharding": None}) if scalar.get(name) else name
-
-        def fill(literal: dict[str, Any], dtype: str) -> str:
-            return emit(
-                "broadcast_in_dim", [literal], dtype, {"shape": block, "broadcast_dimensions": [], "sharding": None}
-            )
+        def broadcast(operand: Any, dtype: str) -> str:
+            """A scalar (a literal, or a value made in the transform from literals) broadcast to the block."""
+            return emit("broadcast_in_dim", [operand], dtype, {"shape": block, "broadcast_dimensions": [],
+                                                               "sharding": None})
 
         for node in order:
             (key, labels), kind = node, kinds[node]
             step, dtype = self.step(key), self.out.avals[key][1]
             if kind == "scores":
                 names[node] = "scores"
-            elif kind == "view" and step.op == "broadcast_in_dim":
-                operand = names[(step.ins[0], tuple(self.broadcast_operand_labels(step, list(labels))))]
-                names[node] = as_block(operand, dtype) if self.shape(key) else operand
             elif kind == "view":
-                operand = names[(step.ins[0], tuple(view_input_labels(self.view, step, list(labels))))]
-                names[node] = as_block(operand, dtype) if self.shape(key) else operand
+                inner = (self.broadcast_operand_labels(step, list(labels)) if step.op == "broadcast_in_dim"
+                         else view_input_labels(self.view, step, list(labels)))
+                operand = names[(step.ins[0], tuple(inner))]
+                # a scalar made from literals stays one until a view gives it the block's shape
+                names[node] = broadcast(operand, dtype) if self.shape(key) and scalar.get(operand) else operand
             elif kind == "elementwise":
                 ins = [a if isinstance(a, dict) else names[(a, tuple(self.operand_labels(step, a, labels)))]
                        for a in self.eqns[key]["in"]]
                 names[node] = emit(step.op, ins, dtype, self.eqns[key].get("params") or {},
                                    block if self.shape(key) else [])
             elif kind == "fill":
-                names[node] = fill(self.eqns[key]["in"][0], dtype)
+                names[node] = broadcast(self.eqns[key]["in"][0], dtype)
             elif kind == "iota":
                 positions = {"q": "query_positions", "k": "key_positions"}.get(labels[step.params["dimension"]])
                 names[node] = emit("convert_element_type", [positions], dtype,
                                    {"new_dtype": dtype, "weak_type": False, "sharding": None}) if positions else \
-                    fill({"lit": 0, "dtype": dtype}, dtype)
+                    broadcast({"lit": 0, "dtype": dtype}, dtype)
             else:
                 names[node] = self.extra(key, list(labels), step, extras)
                 inputs.append(spec(names[node], block, dtype))

@@ -89,26 +89,16 @@ def dataflow_graph(kernels: list[dict[str, Any]], precompute: list[dict[str, Any
     return DataflowGraph(name, tuple(nodes), tuple(edges + finals))
 
 
-def _depths(graph: DataflowGraph) -> dict[str, int]:
-    """Each node's layer: one below the deepest node it reads."""
-    reads = _reads(graph)
-    depth: dict[str, int] = {}
-    for name in graphlib.TopologicalSorter({n.name: reads[n.name] for n in graph.nodes}).static_order():
-        depth[name] = 1 + max((depth[r] for r in reads[name]), default=-1)
-    return depth
-
-
-def _reads(graph: DataflowGraph) -> dict[str, list[str]]:
+def _layers(graph: DataflowGraph) -> tuple[list[list[Node]], dict[str, int]]:
+    """Nodes by layer, each one below the deepest node it reads, and each node's layer; within a
+    layer, ordered by where the nodes they read sit (the barycenter rule), which keeps a chain's
+    edges from crossing."""
     reads: dict[str, list[str]] = defaultdict(list)
     for edge in graph.edges:
         reads[edge.target].append(edge.source)
-    return reads
-
-
-def _layers(graph: DataflowGraph, depth: dict[str, int]) -> list[list[Node]]:
-    """Nodes by layer, each one below the deepest node it reads; within a layer, ordered by where
-    the nodes they read sit (the barycenter rule), which keeps a chain's edges from crossing."""
-    reads = _reads(graph)
+    depth: dict[str, int] = {}
+    for name in graphlib.TopologicalSorter({n.name: reads[n.name] for n in graph.nodes}).static_order():
+        depth[name] = 1 + max((depth[r] for r in reads[name]), default=-1)
     layers: list[list[Node]] = [[] for _ in range(1 + max(depth.values(), default=-1))]
     for node in graph.nodes:
         layers[depth[node.name]].append(node)
@@ -117,15 +107,14 @@ def _layers(graph: DataflowGraph, depth: dict[str, int]) -> list[list[Node]]:
         layer.sort(key=lambda n: sum(position[r] for r in reads[n.name]) / len(reads[n.name])
                    if reads[n.name] else 0.0)  # a stable sort: inputs keep their order
         position.update({n.name: i / max(1, len(layer) - 1) for i, n in enumerate(layer)})
-    return layers
+    return layers, depth
 
 
 def dataflow_svg(graph: DataflowGraph) -> str:
     """The graph laid out and drawn as an SVG element (no XML prologue: it goes inline); each node a
     `g.node` titled by its name, each edge a `g.edge`. An edge that skips layers runs down a lane
     beside the layers it passes, on the side nearer its ends, so it never crosses a box."""
-    depth = _depths(graph)
-    layers = _layers(graph, depth)
+    layers, depth = _layers(graph)
     inner = max((sum(n.width for n in layer) + GAP_X * (len(layer) - 1) for layer in layers), default=0)
     long = [e for e in graph.edges if depth[e.target] - depth[e.source] > 1]
     centre: dict[str, tuple[float, float, Node]] = {}
