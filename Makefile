@@ -44,6 +44,7 @@ bench: $(STAMP)
 	$(PY) -m bench.cpu_speed
 	$(PY) -m bench.calibration
 	$(PY) -m bench.assumptions
+	$(PY) -m bench.profile_table
 	$(PY) -m bench.load
 	$(PY) -m bench.queue_load
 	$(PY) -m bench.image

@@ -12,6 +12,7 @@ from service.optimizer.pipeline import optimize
 from wire.capture import capture
 
 GOLDEN = Path(__file__).parent / "golden"
+HOW_IT_WORKS = Path(__file__).parents[2] / "docs" / "how-it-works.md"
 MODELS = ["mlp2", "convnet", "matmul_chain", "rnn_unrolled"]
 
 
@@ -41,3 +42,8 @@ def test_listing_shows_reads_computation_tiling_and_estimate_per_kernel():
     for block in blocks:
         assert "inputs" in block and "computes" in block and " us " in block and "bound=" in block
     assert "tiling" in text and "weight_loads=" in text and "k_splits=" in text
+
+
+def test_the_manuals_example_listing_is_the_start_of_a_golden_file():
+    example = HOW_IT_WORKS.read_text().split("$ optu optimize request.json --listing\n", 1)[1].split("...\n", 1)[0]
+    assert example.count("\n") >= 5 and (GOLDEN / "mlp2.txt").read_text().startswith(example)
