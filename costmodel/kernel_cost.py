@@ -23,6 +23,7 @@ from costmodel.op_cost import FREE_OPS, Aval, OpCost, nbytes, op_cost
 from costmodel.profile import HardwareProfile
 from rewrites.egraph_view import BodyNode, EClass, EGraphView, ENode, closed_bottom_up
 from rewrites.params import ParamsTable
+from wire.json_types import Program
 
 NODE_EPSILON_S = 1e-10  # per e-node: among equal-cost programs, prefer the one with fewer ops (above the
 # ILP's relative gap on launch-bound programs, where kernels cost ~1 us each)
@@ -147,7 +148,7 @@ def read_bytes(view: EGraphView, sizes: dict[str, int]) -> dict[str, int]:
     return result
 
 
-def static_classes(view: EGraphView, program: dict, precompute_weights: bool = True) -> set[str]:
+def static_classes(view: EGraphView, program: Program, precompute_weights: bool = True) -> set[str]:
     """E-classes computable from constants, and from weights when the profile precomputes
     weight-only work (then free per call)."""
     n_inputs = len(program["inputs"])

@@ -23,6 +23,7 @@ from typing import Any
 from costmodel.formulas import dtype_bytes, vector_cost
 from costmodel.op_cost import Aval, OpCost, nbytes, op_cost
 from costmodel.profile import HardwareProfile
+from wire.json_types import Eqn
 
 # Ops a value passes through unchanged in meaning for the row statistics: views, and the softmax's
 # stop_gradient (a forward no-op).
@@ -41,7 +42,7 @@ class Step:
     out: str
 
     @classmethod
-    def of(cls, eqn: dict[str, Any]) -> Step:
+    def of(cls, eqn: Eqn) -> Step:
         """A wire equation as a step (its first output)."""
         return cls(eqn["op"], eqn.get("params") or {}, tuple(a if isinstance(a, str) else None for a in eqn["in"]),
                    eqn["out"][0]["name"])

@@ -11,6 +11,7 @@ from typing import Any
 
 from costmodel.formulas import conv_cost, dtype_bytes, gemm_cost, loop_cost, memory_time, vector_cost
 from costmodel.profile import HardwareProfile
+from wire.json_types import Program
 from wire.primitives import names, nested_programs
 
 Aval = tuple[tuple[int, ...], str]  # (shape, dtype)
@@ -140,7 +141,7 @@ def _host(p: HardwareProfile, ins: list[Aval], out: Aval) -> OpCost:
     return OpCost("host", memory_time(p, moved), moved * p.memory.hbm_energy_per_byte_j, 0.0, "memory")
 
 
-def program_cost(p: HardwareProfile, program: dict[str, Any]) -> OpCost:
+def program_cost(p: HardwareProfile, program: Program) -> OpCost:
     """A nested wire program's equations run back to back, compute only: a loop body's values stay
     on chip between its ops (the loop's kernel pays its own boundary traffic once)."""
     avals = {s["name"]: (tuple(s["shape"]), s["dtype"]) for s in [*program["inputs"], *program.get("consts", [])]}

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
 from costmodel.formulas import program_estimate
 from costmodel.profile import HardwareProfile
 from lowering.kernels import FusionPolicy, Kernel, KernelProgram, build_kernel_program
+from wire.json_types import Program
 
 CARRIED_OPS = frozenset({"flash_attention"})  # ops that are one fused kernel of the program's own
 
@@ -34,7 +34,7 @@ def carried_kernels(kernels: Sequence[Kernel]) -> list[Kernel]:
     return [k for k in kernels if CARRIED_OPS & set(k.ops)]
 
 
-def kernels_as_run(program: dict[str, Any], profile: HardwareProfile, carried: Sequence[Kernel] = ()) -> KernelProgram:
+def kernels_as_run(program: Program, profile: HardwareProfile, carried: Sequence[Kernel] = ()) -> KernelProgram:
     """`program`'s kernels as XLA groups it, each of the `carried` kernels (equation indices into
     `program`) kept whole with its own estimate."""
     run = build_kernel_program(program, profile, xla_policy(profile), pinned=[k.eqns for k in carried])

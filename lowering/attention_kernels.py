@@ -10,13 +10,13 @@ operands are computed before it.
 from __future__ import annotations
 
 from graphlib import CycleError, TopologicalSorter
-from typing import Any
 
 from costmodel.key_blocking import Step, attention_groups
 from lowering.kernels import avals_of
+from wire.json_types import Program
 
 
-def with_attention_kernels(program: dict[str, Any], groups: list[list[int]]) -> list[list[int]] | None:
+def with_attention_kernels(program: Program, groups: list[list[int]]) -> list[list[int]] | None:
     """`groups` (a policy's kernels, by equation index) with each attention of `program` taken out
     as a group of its own, in a valid order; None when the program has no attention or no such
     order exists (an attention's equations are shared with another's)."""
@@ -36,7 +36,7 @@ def with_attention_kernels(program: dict[str, Any], groups: list[list[int]]) -> 
     return _ordered(program, [*rest, *attentions])
 
 
-def _downstream(program: dict[str, Any], group: list[int]) -> set[int]:
+def _downstream(program: Program, group: list[int]) -> set[int]:
     """The equations computed from what `group` computes."""
     values = {o["name"] for i in group for o in program["eqns"][i]["out"]}
     below = set()
@@ -47,7 +47,7 @@ def _downstream(program: dict[str, Any], group: list[int]) -> set[int]:
     return below
 
 
-def _ordered(program: dict[str, Any], groups: list[list[int]]) -> list[list[int]] | None:
+def _ordered(program: Program, groups: list[list[int]]) -> list[list[int]] | None:
     """The groups in an order where each runs after the groups computing its operands (a view a
     policy folded into several kernels is computed by each)."""
     eqns = program["eqns"]

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from costmodel.key_blocking import KernelSteps, Step
+from wire.json_types import Eqn, Tensor
 
 Labels = list[str | None]  # per axis: b<i> (batch), q, k, c<i> (contracted), w<i> (output width); None: a unit axis
 
@@ -17,7 +18,7 @@ class CannotRealize(Exception):
     """The attention's shape is one the canonical kernel does not name."""
 
 
-def spec(name: str, shape: list[int], dtype: str) -> dict[str, Any]:
+def spec(name: str, shape: list[int], dtype: str) -> Tensor:
     return {"name": name, "shape": list(shape), "dtype": dtype}
 
 
@@ -27,7 +28,7 @@ class Emitter:
 
     prefix: str
     avals: dict[str, tuple[tuple[int, ...], str]]
-    eqns: list[dict[str, Any]] = field(default_factory=list)
+    eqns: list[Eqn] = field(default_factory=list)
     reshaped: dict[str, str] = field(default_factory=dict)  # a reshape's result -> its operand
 
     def emit(self, op: str, ins: list[Any], shape: list[int], dtype: str, params: dict[str, Any],

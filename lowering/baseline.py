@@ -1,15 +1,14 @@
 """The fair baseline's kernels: how a good conventional compiler groups a program on a profile."""
 from __future__ import annotations
 
-from typing import Any
-
 from costmodel.profile import HardwareProfile
 from lowering.as_run import compiled_by_xla, kernels_as_run
 from lowering.attention_kernels import with_attention_kernels
 from lowering.kernels import POLICIES, KernelProgram, build_kernel_program
+from wire.json_types import Program
 
 
-def baseline_kernels(program: dict[str, Any], profile: HardwareProfile) -> KernelProgram:
+def baseline_kernels(program: Program, profile: HardwareProfile) -> KernelProgram:
     """The cheapest grouping of every conventional fusion policy (greedy sibling fusion can block a
     vertical fusion, so no one policy is best everywhere; a conventional compiler is credited with
     the best of them), each also with every attention taken out as one kernel of its own where the

@@ -18,6 +18,7 @@ from lowering.idioms import expand
 from rewrites.egraph_view import BodyNode, EGraphView, ENode
 from rewrites.params import ParamsTable
 from rewrites.terms import bits_float, float_bits
+from wire.json_types import Eqn, Lit, Program, Tensor
 
 
 class ExtractionCycle(ValueError):
@@ -26,13 +27,13 @@ class ExtractionCycle(ValueError):
 
 @dataclass
 class EmittedProgram:
-    program: dict[str, Any]
+    program: Program
     groups: list[list[int]]  # per chosen node, in emission order: the indices of its equations
     # emitted value -> the original's value in its e-class (what it stands for: the e-graph's claim)
     provenance: dict[str, str]
 
 
-def wire_literal(bits: int, dtype: str) -> dict[str, Any]:
+def wire_literal(bits: int, dtype: str) -> Lit:
     """The wire form of a `Term.lit`: ints and bools as such, non-finite floats as strings."""
     value = bits_float(bits)
     if dtype == "bool":
@@ -45,7 +46,7 @@ def wire_literal(bits: int, dtype: str) -> dict[str, Any]:
 
 
 def emit_program(view: EGraphView, choice: dict[str, ENode], table: ParamsTable,
-                 original: dict[str, Any]) -> EmittedProgram:
+                 original: Program) -> EmittedProgram:
     """The wire program that computes the roots of `view` with one chosen node per e-class, and
     its equations grouped by the chosen node (kernel) they belong to. It keeps the original's
     inputs and consts, so `var` indices mean the same in it (see `without_unused_consts`)."""
@@ -65,16 +66,16 @@ class _Emitter:
     """The equations of a selection, appended one chosen node at a time (operands first), and the
     name (or literal) each emitted e-class has."""
 
-    def __init__(self, view: EGraphView, choice: dict[str, ENode], table: ParamsTable, original: dict[str, Any]):
+    def __init__(self, view: EGraphView, choice: dict[str, ENode], table: ParamsTable, original: Program):
         self.view, self.choice, self.table, self.original = view, choice, table, original
         self.leaves = [*original["inputs"], *original.get("consts", [])]
         self.names: dict[str, Any] = {}
-        self.eqns: list[dict[str, Any]] = []
+        self.eqns: list[Eqn] = []
         self.provenance: dict[str, str] = {}
         self.opaque_outs: dict[tuple, list[str]] = {}
         self.teed: dict[tuple, list[str]] = {}  # (body, tees) of an emitted kernel_tee -> the values it also writes
 
-    def out_spec(self, cid: str) -> dict[str, Any]:
+    def out_spec(self, cid: str) -> Tensor:
         cls = self.view.classes[cid]
         name = f"t{len(self.eqns)}_{cid.rsplit('-', 1)[-1]}"
         if cls.original_values:
@@ -137,7 +138,7 @@ class _Emitter:
         return self.opaque_outs[key][int(node.attrs[2])]
 
 
-def without_unused_consts(program: dict[str, Any]) -> dict[str, Any]:
+def without_unused_consts(program: Program) -> Program:
     """`program` without the consts no equation or output reads (a rewrite may fold them away)."""
     read = {a for e in program["eqns"] for a in e["in"] if isinstance(a, str)}
     read |= {o for o in program["outputs"] if isinstance(o, str)}

@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from costmodel.formulas import Estimate, program_estimate, sum_estimates
-from costmodel.key_blocking import Step
 from costmodel.kernel_cost import VIEW_OPS, fused_estimate, key_blocked
+from costmodel.key_blocking import Step
 from costmodel.op_cost import Aval, OpCost, nbytes, op_cost
 from costmodel.profile import HardwareProfile
+from wire.json_types import Eqn, Program
 from wire.primitives import GEMMS, names, nested_programs
 
 REDUCTIONS = names(role="reduction")
@@ -108,20 +109,20 @@ class KernelProgram:
                    Estimate(**ahead) if ahead else sum_estimates([k.estimate for k in precompute]))
 
 
-def avals_of(program: dict[str, Any]) -> dict[str, Aval]:
+def avals_of(program: Program) -> dict[str, Aval]:
     avals = {s["name"]: (tuple(s["shape"]), s["dtype"]) for s in [*program["inputs"], *program.get("consts", [])]}
     for eqn in program["eqns"]:
         avals.update({o["name"]: (tuple(o["shape"]), o["dtype"]) for o in eqn["out"]})
     return avals
 
 
-def output_avals(program: dict[str, Any]) -> list[Aval]:
+def output_avals(program: Program) -> list[Aval]:
     """Each output's (shape, dtype); a literal output is a scalar of its dtype."""
     avals = avals_of(program)
     return [avals[o] if isinstance(o, str) else ((), o["dtype"]) for o in program["outputs"]]
 
 
-def static_names(program: dict[str, Any], weights: bool = True) -> set[str]:
+def static_names(program: Program, weights: bool = True) -> set[str]:
     """Values computable from constants, and from weights too when `weights` (the profile
     precomputes weight-only work)."""
     static = {c["name"] for c in program.get("consts", [])}
@@ -133,14 +134,14 @@ def static_names(program: dict[str, Any], weights: bool = True) -> set[str]:
     return static
 
 
-def eqn_cost(profile: HardwareProfile, eqn: dict[str, Any], avals: dict[str, Aval]) -> OpCost:
+def eqn_cost(profile: HardwareProfile, eqn: Eqn, avals: dict[str, Aval]) -> OpCost:
     ins = [avals[a] if isinstance(a, str) else ((), a["dtype"]) for a in eqn["in"]]
     out = (tuple(eqn["out"][0]["shape"]), eqn["out"][0]["dtype"]) if len(eqn["out"]) == 1 else \
         ((sum(math.prod(o["shape"]) for o in eqn["out"]),), eqn["out"][0]["dtype"])
     return op_cost(profile, eqn["op"], eqn.get("params") or {}, ins, out)
 
 
-def build_kernel_program(program: dict[str, Any], profile: HardwareProfile, policy: FusionPolicy = CONVENTIONAL,
+def build_kernel_program(program: Program, profile: HardwareProfile, policy: FusionPolicy = CONVENTIONAL,
                          groups: list[list[int]] | None = None, key_blocking: bool = False,
                          pinned: list[list[int]] = ()) -> KernelProgram:
     """Kernels of `program`: the given `groups` of equation indices, else those of `policy` around
@@ -174,7 +175,7 @@ class _Placer:
     records which values escape their kernel (an HBM write: the program returns it or another
     kernel reads it)."""
 
-    def __init__(self, program: dict[str, Any], costs: list[OpCost]):
+    def __init__(self, program: Program, costs: list[OpCost]):
         self.eqns, self.costs = program["eqns"], costs
         self.kernels: list[Kernel] = []
         self.precompute: list[Kernel] = []
@@ -218,7 +219,7 @@ class _Placer:
             self.place(index, sources[0] if sources else self.open(per_call=True))
 
 
-def _is_static(eqn: dict[str, Any], static: set[str]) -> bool:
+def _is_static(eqn: Eqn, static: set[str]) -> bool:
     return all(o["name"] in static for o in eqn["out"])
 
 
@@ -337,7 +338,7 @@ def _tiling(gemms: list[dict[str, int]]) -> dict[str, int]:
     return {key: (max if key == "k_splits" else sum)(g[key] for g in gemms) for key in gemms[0]}
 
 
-def _read_bytes(name: str, eqns: list[dict[str, Any]], avals: dict[str, Aval]) -> int:
+def _read_bytes(name: str, eqns: list[Eqn], avals: dict[str, Aval]) -> int:
     """Bytes a kernel reads of an input: the whole buffer, or the parts its slices read when it
     reads the input only through slices (a strided read, as extraction prices it)."""
     readers = [e for e in eqns if name in e["in"]]
@@ -350,7 +351,7 @@ def _buffer(name: str, aval: Aval, role: str, level: str) -> dict[str, Any]:
     return {"name": name, "shape": list(aval[0]), "dtype": aval[1], "role": role, "level": level}
 
 
-def gemm_flops(program: dict[str, Any], profile: HardwareProfile) -> float:
+def gemm_flops(program: Program, profile: HardwareProfile) -> float:
     """Floating-point operations of the program's contractions (matmuls and convolutions), loop
     bodies included: a scan's times its length, a cond's dearest branch, a while's one trip (its
     trip count is data: a lower bound, as the cost model prices it)."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any
 
 from costmodel.formulas import Estimate, memory_time
 from costmodel.kernel_cost import VIEW_OPS, ResourceTimes
@@ -21,6 +20,7 @@ from costmodel.key_blocking import Step, attention_groups
 from costmodel.op_cost import Aval, OpCost, nbytes, program_cost
 from costmodel.profile import HardwareProfile
 from lowering.kernels import avals_of, eqn_cost, static_names
+from wire.json_types import Eqn, Program
 from wire.primitives import live_equations, nested_programs
 
 # The estimates add the same terms in other orders; the bound sits this far below its own sum so
@@ -43,7 +43,7 @@ class Floors:
         return sum(self.compute_s.values())
 
 
-def lower_bound(programs: list[dict[str, Any]], profile: HardwareProfile,
+def lower_bound(programs: list[Program], profile: HardwareProfile,
                 egraph: ResourceTimes | None = None, attention_kernels: bool = False) -> Estimate:
     """The floor of every program in `programs` (equivalent ones): per resource the least any of
     them needs, combined as a kernel combines them; with `egraph` (per resource the least any
@@ -69,7 +69,7 @@ def _combined(times: ResourceTimes, compute_kind: str) -> tuple[float, str]:
     return slowest + times.launch_s, "memory" if times.memory_s > times.compute_s else compute_kind
 
 
-def program_floors(program: dict[str, Any], profile: HardwareProfile, attention_kernels: bool = False) -> Floors:
+def program_floors(program: Program, profile: HardwareProfile, attention_kernels: bool = False) -> Floors:
     avals, static = avals_of(program), static_names(program, profile.kernel.precompute_weights)
     eqns = program["eqns"]
     pairs = len(attention_groups([Step.of(e) for e in eqns], avals)) if attention_kernels else 0
@@ -105,7 +105,7 @@ def program_floors(program: dict[str, Any], profile: HardwareProfile, attention_
                   flops)
 
 
-def _op_floor(profile: HardwareProfile, eqn: dict[str, Any], avals: dict[str, Aval]) -> OpCost:
+def _op_floor(profile: HardwareProfile, eqn: Eqn, avals: dict[str, Aval]) -> OpCost:
     """An op's compute as the estimate prices it, except a `cond`: its cheapest branch (which one
     runs is data)."""
     if eqn["op"] == "cond":
@@ -131,7 +131,7 @@ class _Reads:
     kernels read: `whole` when some op reads all of it (through views that keep every element),
     `partial` (bytes per slice) when ops read it only through slices, which kernels may split."""
 
-    def __init__(self, eqns: list[dict[str, Any]], producer: dict[str, int], views: set[int],
+    def __init__(self, eqns: list[Eqn], producer: dict[str, int], views: set[int],
                  static: set[str], avals: dict[str, Aval]):
         self.eqns, self.producer, self.views, self.static, self.avals = eqns, producer, views, static, avals
         self.whole: dict[str, int] = {}

@@ -19,6 +19,7 @@ from costmodel.key_blocking import KernelSteps, Step, key_region
 from lowering.attention_layout import (CannotRealize, Emitter, Labels, dot_labels, dot_out_labels, spec,
                                        view_input_labels)
 from lowering.kernels import Kernel, avals_of
+from wire.json_types import Eqn, Program
 from wire.primitives import PRIMITIVES, live_equations
 
 Node = tuple[str, tuple[str | None, ...]]  # a value of the score transform in one layout
@@ -63,7 +64,7 @@ class _Realization:
             step = self.view.producer.get(key)
         return key
 
-    def equations(self, mix: Step, side: int, score: Step, blocks: tuple[int, int]) -> list[dict[str, Any]]:
+    def equations(self, mix: Step, side: int, score: Step, blocks: tuple[int, int]) -> list[Eqn]:
         shape = self.shape(mix.ins[side])
         batch = [f"b{i}" for i in range(len(shape) - 2)]
         self.sizes, self.batch = dict(zip([*batch, "q", "k"], shape)), batch
@@ -201,7 +202,7 @@ class _Realization:
         eqns[-1]["out"][0]["name"] = out
         self.out.avals[out] = self.out.avals.pop(result)
 
-    def transform(self, e: str, score: Step, bq: int, bk: int) -> tuple[dict[str, Any], list[str]]:
+    def transform(self, e: str, score: Step, bq: int, bk: int) -> tuple[Program, list[str]]:
         """The score transform as a program on one [bq, bk] block, and its extra operands (canonical).
         What the kernel computes elementwise and by views is computed per block (a causal or
         sliding-window mask from positions); a value it reads from outside or makes another way
@@ -275,7 +276,7 @@ class _Realization:
         return [label if size != 1 else None for label, size in zip(labels, shape)]
 
     def block_program(self, kinds: dict[Node, str], e: Node, score: Step, bq: int, bk: int
-                      ) -> tuple[dict[str, Any], list[str]]:
+                      ) -> tuple[Program, list[str]]:
         block = [bq, bk]
         order = sorted(kinds, key=lambda node: self.index[node[0]] if self.step(node[0]) else -1)
         names: dict[Node, str] = {}
@@ -336,7 +337,7 @@ class _Realization:
         extras.append(self.out.canonical(key, labels, [self.batch, ["q"], ["k"]], self.sizes, False))
         return f"x{len(extras)}"
 
-def _fused(eqns: list[dict[str, Any]], avals, kernel: Kernel) -> tuple[int, list[dict[str, Any]]]:
+def _fused(eqns: list[Eqn], avals, kernel: Kernel) -> tuple[int, list[Eqn]]:
     """The index of a key-blocked kernel's mix and the equations computing it through
     `flash_attention`; raises CannotRealize."""
     indices = sorted(set(kernel.eqns))
@@ -352,7 +353,7 @@ def _fused(eqns: list[dict[str, Any]], avals, kernel: Kernel) -> tuple[int, list
                                         (kernel.tiling["query_block"], kernel.tiling["key_block"]))
 
 
-def unrealizable(program: dict[str, Any], kernel: Kernel) -> str | None:
+def unrealizable(program: Program, kernel: Kernel) -> str | None:
     """Why a key-blocked kernel of `program` cannot be returned as one fused kernel; None when it can."""
     try:
         _fused(program["eqns"], avals_of(program), kernel)
@@ -361,7 +362,7 @@ def unrealizable(program: dict[str, Any], kernel: Kernel) -> str | None:
     return None
 
 
-def realize_attention(program: dict[str, Any], kernels: list[Kernel]) -> tuple[dict[str, Any], list[Kernel], list[str]]:
+def realize_attention(program: Program, kernels: list[Kernel]) -> tuple[Program, list[Kernel], list[str]]:
     """`program` with each key-blocked kernel's attention computed by one `flash_attention`
     equation, its kernels (copies) with their equation indices renumbered (a kernel holds the equations added for its
     attention, none that became dead), and a note per kernel left as ops and why."""

@@ -15,9 +15,10 @@ import jax
 
 from lowering.kernels import static_names
 from wire.execute import jitted_program
+from wire.json_types import Program
 
 
-def split_weight_work(program: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def split_weight_work(program: Program) -> tuple[Program, Program]:
     """(ahead, per_call): `ahead` computes the weight-only values (`static_names`) that the rest
     reads; `per_call` is the rest, taking them as extra inputs after the original ones."""
     static, inputs = static_names(program), {s["name"] for s in program["inputs"]}
@@ -43,7 +44,7 @@ class PrecomputedProgram:
     """The program as a function of its flat inputs, its weight-only part run again only when a
     weight argument is a different object (or one that may have changed: not a JAX array)."""
 
-    def __init__(self, program: dict[str, Any], ahead: dict[str, Any], per_call: dict[str, Any]):
+    def __init__(self, program: Program, ahead: dict[str, Any], per_call: dict[str, Any]):
         self.weights = [k for k, s in enumerate(program["inputs"]) if s.get("role") == "weight"]
         self.ahead = jitted_program(ahead)
         self.per_call = jitted_program(per_call)
@@ -53,7 +54,7 @@ class PrecomputedProgram:
         self.precompute_runs = 0
 
     @classmethod
-    def of(cls, program: dict[str, Any]) -> PrecomputedProgram | None:
+    def of(cls, program: Program) -> PrecomputedProgram | None:
         """One for `program` when it has weight inputs and work that reads nothing else, else None."""
         if not any(s.get("role") == "weight" for s in program["inputs"]):
             return None

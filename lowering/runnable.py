@@ -7,9 +7,10 @@ from typing import Any
 
 from lowering.kernels import Kernel, avals_of
 from wire.execute import jitted_program
+from wire.json_types import Program
 
 
-def kernel_subprogram(program: dict[str, Any], kernel: Kernel) -> dict[str, Any]:
+def kernel_subprogram(program: Program, kernel: Kernel) -> Program:
     """The kernel's equations as a standalone wire program; consts it reads stay consts."""
     eqns = [program["eqns"][i] for i in sorted(set(kernel.eqns))]  # program order is a valid schedule
     consts = {c["name"]: c for c in program.get("consts", [])}
@@ -26,7 +27,7 @@ class KernelRunner:
     """Runs the kernels of a lowered wire program in order (precompute first, then per call); one
     jitted function per kernel, compiled on first use."""
 
-    def __init__(self, program: dict[str, Any], kernels: list[Kernel]):
+    def __init__(self, program: Program, kernels: list[Kernel]):
         self.program = program
         self.steps = [(k, kernel_subprogram(program, k)) for k in kernels]
         self.calls = [jitted_program(sub) for _, sub in self.steps]

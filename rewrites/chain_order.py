@@ -21,6 +21,7 @@ import numpy as np
 from rewrites.egglog_internals import direct_union, register
 from rewrites.ingest import DTYPE, SHAPE, TERMS, LoadedProgram, encode_typed
 from rewrites.terms import Term
+from wire.json_types import Eqn, Program
 
 PLAIN_MATMUL = [[[1], [0]], [[], []]]  # (m, k) @ (k, n): contract lhs dim 1 with rhs dim 0, no batch
 Order = Union[int, tuple["Order", "Order"]]  # a leaf index, or (left, right) multiplied
@@ -38,7 +39,7 @@ class Chain:
     dtype: str
 
 
-def find_chains(program: dict[str, Any], min_leaves: int = 3) -> list[Chain]:
+def find_chains(program: Program, min_leaves: int = 3) -> list[Chain]:
     """Maximal matmul chains of `program`: an operand that is a matmul read only by the next one
     (with the same params and dtype) is flattened into it."""
     eqns = program["eqns"]
@@ -75,14 +76,14 @@ def find_chains(program: dict[str, Any], min_leaves: int = 3) -> list[Chain]:
 MIN_ORDERED_LEAVES = 6
 
 
-def orders_every_matmul(program: dict[str, Any], chains: Sequence[Chain]) -> bool:
+def orders_every_matmul(program: Program, chains: Sequence[Chain]) -> bool:
     """Whether `chains` hold every plain matmul of `program` (a chain of n leaves is n - 1 of them)
     and one of them is long enough that rewriting its orders would cost more than ordering it."""
     return (any(len(c.leaves) >= MIN_ORDERED_LEAVES for c in chains)
             and sum(len(c.leaves) - 1 for c in chains) == sum(map(_is_plain_matmul, program["eqns"])))
 
 
-def _is_plain_matmul(eqn: dict[str, Any]) -> bool:
+def _is_plain_matmul(eqn: Eqn) -> bool:
     params = eqn.get("params") or {}
     return (eqn["op"] == "dot_general" and len(eqn["out"]) == 1 and len(eqn["out"][0]["shape"]) == 2
             and all(isinstance(a, str) for a in eqn["in"]) and params.get("dimension_numbers") == PLAIN_MATMUL)

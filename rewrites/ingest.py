@@ -19,6 +19,7 @@ from rewrites.egraphs import Role, close_egraph, open_egraph
 from rewrites.params import ParamsTable
 from rewrites.terms import (BINARY_OPS, REDUCE_OPS, UNARY_OPS, Term, dtype, float_bits, ivec, literal_value, output,
                             shape, slot_hi, slot_lo)
+from wire.json_types import Eqn, Lit, Program
 from wire.params import strip_none_defaults
 
 # Term's constructors and the analyses, built as declarations (rewrites/egglog_internals.py): ingest makes
@@ -35,7 +36,7 @@ class LoadedProgram:
 
     egraph: EGraph
     params: ParamsTable
-    programs: list[dict[str, Any]]  # the program, then its alternatives (same inputs and consts)
+    programs: list[Program]  # the program, then its alternatives (same inputs and consts)
     n_outputs: int
     envs: list[dict[str, Term]] = field(default_factory=list)  # per program: wire name -> its term (its let)
     timings: dict[str, float] = field(default_factory=dict)
@@ -44,7 +45,7 @@ class LoadedProgram:
     role: Role = "algebra"  # which kept e-graphs it came from and returns to (rewrites/egraphs.py)
 
     @property
-    def program(self) -> dict[str, Any]:
+    def program(self) -> Program:
         return self.programs[0]
 
     def fresh_let(self, term: Any) -> tuple[Action, Any]:
@@ -157,25 +158,25 @@ def _output_unions(loaded: list[tuple[list[Term], list[tuple[str, frozenset[str]
     return unions
 
 
-def _ungrouped_conv(eqn: dict[str, Any]) -> bool:
+def _ungrouped_conv(eqn: Eqn) -> bool:
     """A convolution whose kernels can be concatenated along output features (no feature groups)."""
     params = eqn.get("params") or {}
     return (eqn["op"] == "conv_general_dilated" and len(eqn["in"]) == 2
             and params.get("feature_group_count", 1) == 1 and params.get("batch_group_count", 1) == 1)
 
 
-def literal_term(lit: dict[str, Any]) -> Term:
+def literal_term(lit: Lit) -> Term:
     return TERMS.lit(float_bits(float(lit["lit"])), lit["dtype"])  # float() also reads "nan"/"inf"
 
 
-def literal_roundtrips(lit: dict[str, Any]) -> bool:
+def literal_roundtrips(lit: Lit) -> bool:
     """Integers beyond 2**53 do not survive the double in `Term.lit`; such eqns stay opaque."""
     value = lit["lit"]
     return isinstance(value, (str, bool, float)) or (isinstance(value, int) and float(value) == value
                                                      and abs(value) <= 2**53)
 
 
-def encode_typed(constructors: Any, eqn: dict[str, Any], args: list, table: ParamsTable) -> Any:
+def encode_typed(constructors: Any, eqn: Eqn, args: list, table: ParamsTable) -> Any:
     """The typed term of a single-output equation built with `constructors` (Term, or Body's with
     `like` bound), or None when it has no typed form (opaque, several outputs, odd params)."""
     encoder = ENCODERS.get(eqn["op"])
@@ -187,7 +188,7 @@ def encode_typed(constructors: Any, eqn: dict[str, Any], args: list, table: Para
         return None  # params of an unexpected form (or no Body mirror): carry the eqn through untouched
 
 
-def _split(eqn: dict[str, Any], args: list[Term]) -> list[Term] | None:
+def _split(eqn: Eqn, args: list[Term]) -> list[Term] | None:
     """split(x) -> one static slice per output (views of x, as XLA lowers it), or None."""
     params = eqn.get("params") or {}
     if set(params) != {"sizes", "axis"} or len(args) != 1:
@@ -202,7 +203,7 @@ def _split(eqn: dict[str, Any], args: list[Term]) -> list[Term] | None:
     return terms
 
 
-def encode_eqn(eqn: dict[str, Any], args: list[Term], table: ParamsTable) -> list[Term]:
+def encode_eqn(eqn: Eqn, args: list[Term], table: ParamsTable) -> list[Term]:
     """The terms for each output of one equation."""
     term = encode_typed(TERMS, eqn, args, table)
     if term is not None:
@@ -212,7 +213,7 @@ def encode_eqn(eqn: dict[str, Any], args: list[Term], table: ParamsTable) -> lis
     return [TERMS.opaque(eqn["op"], _opaque_extra(eqn, table), args, i) for i in range(len(eqn["out"]))]
 
 
-def _opaque_extra(eqn: dict[str, Any], table: ParamsTable, literals: list | None = None) -> int:
+def _opaque_extra(eqn: Eqn, table: ParamsTable, literals: list | None = None) -> int:
     """An opaque eqn keeps everything needed to re-emit it, including outputs nothing uses."""
     entry = {"primitive": eqn["op"], "params": eqn.get("params") or {},
              "out": [[list(o["shape"]), o["dtype"]] for o in eqn["out"]]}
@@ -221,7 +222,7 @@ def _opaque_extra(eqn: dict[str, Any], table: ParamsTable, literals: list | None
     return table.intern(entry)
 
 
-def _merge_keys(eqn: dict[str, Any]) -> list[tuple[tuple[str, str, str], Any]]:
+def _merge_keys(eqn: Eqn) -> list[tuple[tuple[str, str, str], Any]]:
     """((group, shared operand, dims), other operand) for each way a merge candidate may share."""
     lhs, rhs = eqn["in"]
     dims = json.dumps([eqn["op"], eqn["params"].get("dimension_numbers")])
@@ -235,7 +236,7 @@ def let_name(program: int, eqn: int, out: int) -> str:
     return f"{f'a{program}' if program else ''}e{eqn}_{out}"
 
 
-def ingest(program: dict[str, Any], alternatives: Sequence[dict[str, Any]] = (), role: Role = "algebra"
+def ingest(program: Program, alternatives: Sequence[dict[str, Any]] = (), role: Role = "algebra"
            ) -> LoadedProgram:
     """Load a (type-checked) wire program into an empty e-graph kept for `role`'s rules; each
     alternative (an equivalent program over the same inputs and consts) is loaded too, its outputs
@@ -259,7 +260,7 @@ class _Loader:
     """The lets and analysis facts that load a program and its alternatives, built before any of
     them reaches egglog (they are registered together, in one call)."""
 
-    def __init__(self, program: dict[str, Any], alternatives: Sequence[dict[str, Any]]):
+    def __init__(self, program: Program, alternatives: Sequence[dict[str, Any]]):
         self.programs = [program, *alternatives]
         self.table = ParamsTable()
         self.env: dict[str, Term] = {}  # of the program being loaded: wire name -> its term (its let)
@@ -306,7 +307,7 @@ class _Loader:
                                   LITERAL_VALUE.set(term, to=float(arg["lit"]))])
         return self.literals[key]
 
-    def number_merge_candidate(self, eqn: dict[str, Any], level: int) -> None:
+    def number_merge_candidate(self, eqn: Eqn, level: int) -> None:
         for key, other in _merge_keys(eqn):
             if self.sharing[key] < 2 or other in self.concatenated:
                 continue
@@ -372,11 +373,11 @@ class _Loader:
         return found
 
 
-def _is_merge_candidate(eqn: dict[str, Any]) -> bool:
+def _is_merge_candidate(eqn: Eqn) -> bool:
     return eqn["op"] == "dot_general" and len(eqn["in"]) == 2 or _ungrouped_conv(eqn)
 
 
-def _opaque_with_literal_args(eqn: dict[str, Any], table: ParamsTable, env: dict[str, Term]) -> list[Term]:
+def _opaque_with_literal_args(eqn: Eqn, table: ParamsTable, env: dict[str, Term]) -> list[Term]:
     """An eqn with a literal Term.lit cannot hold keeps its literals in the params table instead."""
     extra = _opaque_extra(eqn, table, [[k, a] for k, a in enumerate(eqn["in"]) if not isinstance(a, str)])
     args = [env[a] for a in eqn["in"] if isinstance(a, str)]

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from service.cli_debug import add_debug_command
 from service.client import OptimizeError, optimize_program, validate_programs
 from service.http.settings import Settings, get_settings
+from wire.json_types import Program
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 EXIT_CODES_HELP = """exit codes (every command but `validate`, whose codes its own help gives):
@@ -274,7 +275,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _checked_program(path: str) -> tuple[str, dict[str, Any], list[Any]]:
+def _checked_program(path: str) -> tuple[str, Program, list[Any]]:
     """A program to check the new profile on (a file `optu optimize` reads), type-checked, with
     inputs drawn as validation draws them (scaled like an initialized network)."""
     from validation.inputs import random_inputs

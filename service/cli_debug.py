@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from service.client import debug_programs
+from wire.json_types import Program
 
 EXIT_OK, EXIT_DIVERGES = 0, 1
 
@@ -39,7 +40,7 @@ def add_debug_command(commands: Any, exit_codes_help: str, load_request: Callabl
 BLAMED = ("found", "time_limit")  # bisection statuses that name rules making validation fail
 
 
-def _debug(args: argparse.Namespace, original: dict[str, Any]) -> int:
+def _debug(args: argparse.Namespace, original: Program) -> int:
     optimized = json.loads(Path(args.optimized).read_text(encoding="utf-8"))
     if not isinstance(optimized, dict):
         raise ValueError(f"{args.optimized}: expected a JSON object, got {type(optimized).__name__}")

@@ -24,6 +24,7 @@ from service.optimizer.progress import listening, stage
 from service.optimizer.response import OptimizeResponse
 from wire.capture import capture, capture_with_trees
 from wire.execute import program_to_callable
+from wire.json_types import Program
 from wire.precision import in_declared_precision
 
 DEFAULT_HARDWARE = "optu-v1"
@@ -37,7 +38,7 @@ JOB_MIN_EQUATIONS = 200
 JOB_POLL_S = 0.2
 
 
-def optimize_program(program: dict[str, Any], *, server: str | None = None,
+def optimize_program(program: Program, *, server: str | None = None,
                      hardware: str | dict | None = DEFAULT_HARDWARE, timeout: float = 120,
                      options: dict[str, Any] | None = None,
                      progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
@@ -68,7 +69,7 @@ def optimize_program(program: dict[str, Any], *, server: str | None = None,
     return json.loads(OptimizeResponse.model_validate(raw).model_dump_json())
 
 
-def validate_programs(original: dict[str, Any], candidate: dict[str, Any], *, server: str | None = None,
+def validate_programs(original: Program, candidate: Program, *, server: str | None = None,
                       fp_mode: str = "real", seed: int = 0, timeout: float = 120) -> dict[str, Any]:
     """The /v1/validate verdict on two wire programs: POSTed to `server`, or run in-process."""
     body = {"original": original, "candidate": candidate, "fp_mode": fp_mode, "seed": seed}
@@ -80,7 +81,7 @@ def validate_programs(original: dict[str, Any], candidate: dict[str, Any], *, se
         return translation.validate_programs(original, candidate, fp_mode, seed)
 
 
-def debug_programs(original: dict[str, Any], optimized: dict[str, Any], *, kernels: list[dict[str, Any]] | None = None,
+def debug_programs(original: Program, optimized: Program, *, kernels: list[dict[str, Any]] | None = None,
                    rewrites: dict[str, int] | None = None, provenance: dict[str, str] | None = None,
                    server: str | None = None,
                    hardware: str | dict | None = None, options: dict[str, Any] | None = None,
@@ -171,7 +172,7 @@ def _answer(reply: httpx.Response, route: str, ok: tuple[int, ...] = (200,)) -> 
     return reply.json()
 
 
-def _result(response: dict[str, Any], in_tree: Any, out_tree: Any, original: dict[str, Any]) -> OptimizeResult:
+def _result(response: dict[str, Any], in_tree: Any, out_tree: Any, original: Program) -> OptimizeResult:
     """The response with a callable over the pytree arguments `in_tree` describes. Weight-only
     work (weights are constant across calls) runs once per weight set, not on every call."""
     program = response["program"]

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, TextIO
 
 from lowering.precompute import PrecomputedProgram
+from wire.json_types import Program
 
 
 class OptimizeError(RuntimeError):
@@ -28,7 +29,7 @@ class OptimizeResult:
     response: dict[str, Any]
     fn: Callable[..., Any] = field(repr=False)
     precomputed: PrecomputedProgram | None = field(default=None, repr=False)
-    original: dict[str, Any] | None = field(default=None, repr=False)  # the captured program that was optimized
+    original: Program | None = field(default=None, repr=False)  # the captured program that was optimized
 
     @property
     def program(self) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from validation.inputs import TRIALS, Draw, nudged, nudges
 from validation.judge import Runs, Verdict, judge
 from validation.widen import Widened, widen
 from wire.execute import jitted_program
+from wire.json_types import Program
 from wire.precision import declares_64_bit, x64_when
 from wire.torch_capture import TorchProgram, capture_exported, capture_torch, to_numpy
 
@@ -49,7 +50,7 @@ class TorchFunction:
     """An optimized wire program as a function of the captured model's torch inputs: the weights
     are bound (as JAX arrays, so weight-only work runs once), values cross by DLPack."""
 
-    def __init__(self, program: dict[str, Any], captured: TorchProgram):
+    def __init__(self, program: Program, captured: TorchProgram):
         self.program, self.in_spec, self.out_spec = program, captured.in_spec, captured.out_spec
         self.fixed_leaves, self.call, self.mutated = captured.fixed_leaves, captured.call, captured.mutated
         self._specs = captured.program["inputs"][len(captured.weights):]  # the user's tensors, as captured
@@ -156,7 +157,7 @@ def _to_jax(tensor: Any) -> Any:
     return jax.numpy.asarray(np.require(to_numpy(t), requirements="C"))  # a 0-d tensor stays 0-d
 
 
-def validate_against_torch(captured: TorchProgram, optimized: dict[str, Any], seed: int = 0) -> dict[str, Any]:
+def validate_against_torch(captured: TorchProgram, optimized: Program, seed: int = 0) -> dict[str, Any]:
     """The verdict on `optimized` with PyTorch itself as the reference: the exported graph run by
     PyTorch in float64 against the optimized program in float64, on the draws and under the verdict
     rules of translation validation (`validation.judge.judge`). Two frameworks' float64 kernels round

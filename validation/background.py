@@ -18,6 +18,7 @@ from validation.inputs import TRIALS, InputDraws
 from validation.region_check import CheckMemory
 from validation.regions import distinct_checks, find_regions
 from validation.validate import validate
+from wire.json_types import Program
 
 
 class CollectionPause:
@@ -91,9 +92,9 @@ class BackgroundValidation:
     when the candidate shares a region or a checked value with it, and otherwise stops at its next
     draw. Leaving waits for both."""
 
-    def __init__(self, original: dict[str, Any], fp_mode: str, timings: dict[str, float]):
+    def __init__(self, original: Program, fp_mode: str, timings: dict[str, float]):
         self.original, self.fp_mode, self.timings = original, fp_mode, timings
-        self.algebraic: dict[str, Any] | None = None
+        self.algebraic: Program | None = None
         self.draws = InputDraws()
         self.speculative = self.draws.stoppable()  # the algebraic optimum's check, stopped when not wanted
         self.memory = CheckMemory.for_mode(fp_mode)  # what either check showed on these draws
@@ -113,7 +114,7 @@ class BackgroundValidation:
         for job in self.jobs:
             job.settle(wait)
 
-    def start(self, algebraic: dict[str, Any]) -> None:
+    def start(self, algebraic: Program) -> None:
         self.settle()
         self.algebraic = algebraic
         self.checking.set()
@@ -126,7 +127,7 @@ class BackgroundValidation:
         finally:  # reported apart: it ran beside the fusion stages
             self.timings["validate"] = round(time.perf_counter() - begin, 6)
 
-    def result_for(self, candidate: dict[str, Any]) -> dict[str, Any]:
+    def result_for(self, candidate: Program) -> dict[str, Any]:
         started = self.algebraic is not None
         plan = find_regions(self.algebraic, candidate, self.memory.table) if started else None
         if plan is not None and not plan.regions:
@@ -137,7 +138,7 @@ class BackgroundValidation:
         self.settle(wait=True)  # one validation at a time: they share the cores
         return validate(self.original, candidate, self.fp_mode, draws=self.draws, memory=self.memory)
 
-    def _shares_region_checks(self, candidate: dict[str, Any]) -> bool:
+    def _shares_region_checks(self, candidate: Program) -> bool:
         """Whether the algebraic optimum's check runs a region check the candidate's would run too,
         or shows a value the candidate computes equal to the original's (its regions stop there)."""
         if self.fp_mode != "real":

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from wire.json_types import Eqn, Program
+
 # ops whose result holds its (first, or every data) operand's values: an index passes through them
 # unchanged; select_n's operands after its predicate, concatenate's all, clamp's middle one
 _VALUE_KEEPING = frozenset(["convert_element_type", "reshape", "broadcast_in_dim", "squeeze", "expand_dims",
                             "transpose", "slice", "copy", "rev"])
 
 
-def index_bounds(program: dict[str, Any]) -> dict[str, int]:
+def index_bounds(program: Program) -> dict[str, int]:
     """For each input that reaches an index operand through value-keeping ops, the least exclusive
     bound its index uses accept (the smallest table it indexes); inputs used otherwise are absent."""
     shapes = {s["name"]: tuple(s["shape"]) for s in program["inputs"] + program.get("consts", [])}
@@ -27,7 +29,7 @@ def index_bounds(program: dict[str, Any]) -> dict[str, int]:
     return bounds
 
 
-def _index_uses(eqn: dict[str, Any], shapes: dict[str, tuple]) -> list[tuple[Any, int]]:
+def _index_uses(eqn: Eqn, shapes: dict[str, tuple]) -> list[tuple[Any, int]]:
     """(index operand, exclusive bound) pairs of one equation: where a start or an index lands in
     its operand's dims, each must leave room for the slice it starts."""
     op, ins, params = eqn["op"], eqn["in"], eqn["params"]

@@ -11,13 +11,14 @@ import jax
 import numpy as np
 
 from validation.index_ranges import index_bounds
+from wire.json_types import Program
 from wire.primitives import GEMMS
 
 TRIALS = 2  # input draws that must be able to tell before a program passes
 SMALL_INTEGERS = 4  # integers not used as indices are drawn in [0, 4)
 
 
-def input_scales(program: dict[str, Any]) -> list[float]:
+def input_scales(program: Program) -> list[float]:
     """1/sqrt(fan-in) for inputs used as the right operand of a contraction, else 1.
 
     Unit-variance weights make every matmul grow its output by sqrt(K): deep programs then saturate
@@ -49,7 +50,7 @@ _SIGN_KEEPING = frozenset(["broadcast_in_dim", "reshape", "squeeze", "expand_dim
                            "convert_element_type", "copy", "slice"])
 
 
-def positive_inputs(program: dict[str, Any]) -> frozenset[str]:
+def positive_inputs(program: Program) -> frozenset[str]:
     """The inputs of `program` that reach a sqrt, rsqrt or log operand with their sign kept."""
     producer = {o["name"]: e for e in program["eqns"] for o in e["out"]}
     inputs = {s["name"] for s in program["inputs"]}
@@ -89,7 +90,7 @@ class InputDomain(NamedTuple):
     bounds: dict[str, int]
 
     @classmethod
-    def of(cls, program: dict[str, Any]) -> InputDomain:
+    def of(cls, program: Program) -> InputDomain:
         return cls(positive_inputs(program), index_bounds(program))
 
 
@@ -148,7 +149,7 @@ class InputDraws:
             self.arrays[key] = array
         return self.arrays[key]
 
-    def fill(self, program: dict[str, Any], seeds: range = range(TRIALS), until: threading.Event | None = None) -> None:
+    def fill(self, program: Program, seeds: range = range(TRIALS), until: threading.Event | None = None) -> None:
         """Draw ahead what checks of `program` read on `seeds`: its float inputs and their nudge
         directions; stopped between arrays once `until` is set (a check that starts then draws
         what it reads itself, often a small part of a model's weights)."""
@@ -166,7 +167,7 @@ def _stream(seed: int, spec: dict[str, Any], salt: int = 0) -> np.random.Generat
     return np.random.default_rng([seed, zlib.crc32(spec["name"].encode()), salt])
 
 
-def random_inputs(program: dict[str, Any], seed: int, scaled: bool = False, draws: InputDraws | None = None,
+def random_inputs(program: Program, seed: int, scaled: bool = False, draws: InputDraws | None = None,
                   contraction: float = 1.0, domain: InputDomain | None = None) -> list[np.ndarray]:
     """Seeded inputs: standard normal floats, with `scaled` divided by sqrt(fan-in) (`input_scales`),
     and every float multiplied by `contraction` (< 1 draws them toward zero, where recurrences and
@@ -200,7 +201,7 @@ def random_inputs(program: dict[str, Any], seed: int, scaled: bool = False, draw
     return arrays
 
 
-def nudges(program: dict[str, Any], seed: int, draws: InputDraws | None = None) -> list[np.ndarray | None]:
+def nudges(program: Program, seed: int, draws: InputDraws | None = None) -> list[np.ndarray | None]:
     """Per input, a seeded direction to nudge it along (`InputDraws.direction`; None for integers
     and booleans): a check evaluates the original again on `x * (1 + relative * direction)` to
     measure its own sensitivity there."""

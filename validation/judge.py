@@ -11,6 +11,7 @@ import numpy as np
 from validation.compare import informative, output_error, tolerance_for
 from validation.inputs import Draw, InputDomain, InputDraws, random_inputs
 from validation.widen import CannotWiden
+from wire.json_types import Program
 
 # Evaluated in float64, a right rewrite differs from the original only by rounding: about as much
 # as the original moves when its inputs change by float64's rounding (its measured sensitivity
@@ -68,7 +69,7 @@ class Runs(NamedTuple):
 Evaluate = Callable[[list[np.ndarray], Draw, float], Runs | tuple[Outputs, Outputs, Outputs]]
 
 
-def judge(program: dict[str, Any], dtypes: list[str], evaluate: Evaluate, verdict: Verdict,
+def judge(program: Program, dtypes: list[str], evaluate: Evaluate, verdict: Verdict,
           trials: int, seed: int, draws: InputDraws | None, domain: InputDomain | None = None) -> dict[str, Any]:
     """Draw inputs for `program` (`DRAWS` in turn, from `domain` as `random_inputs` says) until
     `trials` of them can tell, comparing the candidate's outputs with the reference's
@@ -79,7 +80,7 @@ def judge(program: dict[str, Any], dtypes: list[str], evaluate: Evaluate, verdic
         return verdict.result("inconclusive", str(err))
 
 
-def _judge(program: dict[str, Any], dtypes: list[str], evaluate: Evaluate, verdict: Verdict,
+def _judge(program: Program, dtypes: list[str], evaluate: Evaluate, verdict: Verdict,
            trials: int, seed: int, draws: InputDraws | None, domain: InputDomain | None) -> dict[str, Any]:
     nudge = min(NUDGE.get(d, DEFAULT_NUDGE) for d in dtypes) if dtypes else DEFAULT_NUDGE
     tolerances = [tolerance_for(d, "real") for d in dtypes]

@@ -13,13 +13,14 @@ from validation.compare import output_error, tolerance_for
 from validation.inputs import random_inputs
 from validation.kernel_provenance import kernel_origin, rule_patterns, stands_for
 from validation.widen import Widened, widen
+from wire.json_types import Program
 
 # The validator's fan-in-scaled draw (validation/validate.py DRAWS[1]): activations stay O(1), so a
 # small wrong term (a dropped bias, a layer norm's epsilon) shows instead of drowning in growth.
 FAN_IN_SCALED = True
 
 
-def every_value(program: dict[str, Any], args: list[np.ndarray]) -> dict[str, np.ndarray]:
+def every_value(program: Program, args: list[np.ndarray]) -> dict[str, np.ndarray]:
     """Every input and equation output of `program` in float64 on `args`: each kernel's outputs as
     running the kernels in order computes them, in one jitted call."""
     names = [o["name"] for e in program["eqns"] for o in e["out"]]
@@ -29,7 +30,7 @@ def every_value(program: dict[str, Any], args: list[np.ndarray]) -> dict[str, np
     return values
 
 
-def debug_kernels(original: dict[str, Any], optimized: dict[str, Any], kernels: list[dict[str, Any]],
+def debug_kernels(original: Program, optimized: Program, kernels: list[dict[str, Any]],
                   rules_fired: Mapping[str, int] | None = None,
                   patterns: Mapping[str, frozenset[str]] | None = None, seed: int = 0,
                   provenance: Mapping[str, str] | None = None) -> dict[str, Any]:

@@ -13,9 +13,10 @@ from rewrites.registry import NamedRule, pattern_ops
 from rewrites.schedule import ALL_FAMILIES
 from validation.regions import equations_reaching, find_regions
 from validation.value_numbering import ValueTable
+from wire.json_types import Program
 
 
-def stands_for(original: dict[str, Any], optimized: dict[str, Any],
+def stands_for(original: Program, optimized: Program,
                provenance: Mapping[str, str] | None = None) -> dict[str, str]:
     """Optimized value -> the original value it must equal. The optimizer's own record where given
     (`provenance`: the original value in each emitted value's e-class, kept through ingest and
@@ -46,7 +47,7 @@ def rule_patterns(extra_rules: Iterable[NamedRule] = ()) -> dict[str, frozenset[
     return patterns
 
 
-def kernel_origin(original: dict[str, Any], kernel: dict[str, Any], mapping: Mapping[str, str],
+def kernel_origin(original: Program, kernel: dict[str, Any], mapping: Mapping[str, str],
                   rules_fired: Mapping[str, int] | None, patterns: Mapping[str, frozenset[str]]) -> dict[str, Any]:
     """For one kernel (as a response lists it): the original value per output (None where none is
     known), the original equations it replaces, whether it computes them as written (the same ops),

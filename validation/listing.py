@@ -8,6 +8,7 @@ from typing import Any
 
 from lowering.kernels import Kernel, KernelProgram
 from validation.kernel_provenance import kernel_origin, rule_patterns, stands_for
+from wire.json_types import Program
 
 
 def _us(seconds: float) -> str:
@@ -51,7 +52,7 @@ def kernel_listing(program: KernelProgram, hardware: str,
     return "\n".join(lines) + "\n"
 
 
-def explained_listing(original: dict[str, Any], response: dict[str, Any]) -> str:
+def explained_listing(original: Program, response: dict[str, Any]) -> str:
     """The listing of an optimize `response` with, per kernel, the rewrites that shaped it: the fired
     rules whose patterns mention its ops or the ops of the `original` equations it replaces."""
     mapping, patterns = stands_for(original, response["program"], response.get("provenance")), rule_patterns()

@@ -12,9 +12,10 @@ from validation.compare import output_error
 from validation.inputs import InputDraws, random_inputs
 from validation.regions import cone
 from validation.widen import Widened, widen
+from wire.json_types import Program
 
 
-def change_shows(original: dict[str, Any], value: str, relative: float, runs: list[dict[str, Any]],
+def change_shows(original: Program, value: str, relative: float, runs: list[dict[str, Any]],
                  draws: InputDraws | None = None) -> bool:
     """Whether, on every one of `runs` (a whole run's draws: seed, fan_in_scaled, contraction and
     its threshold), moving `value` by `relative` of its largest magnitude, in a seeded random

@@ -15,6 +15,7 @@ from validation.regions import Region, RegionPlan, cone, distinct_checks, find_r
 from validation.value_numbering import ValueTable
 from validation.widen import CannotWiden, check_jit, float64_callable, widened
 from wire.execute import program_to_callable
+from wire.json_types import Program
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class CheckMemory:
     def for_mode(cls, fp_mode: str) -> CheckMemory:
         return cls(ValueTable(real=fp_mode == "real"))
 
-    def plan(self, original: dict[str, Any], optimized: dict[str, Any]) -> RegionPlan | None:
+    def plan(self, original: Program, optimized: Program) -> RegionPlan | None:
         return find_regions(original, optimized, self.table, self.verified)
 
     def remember(self, plan: RegionPlan, check: PassedCheck) -> None:
@@ -51,7 +52,7 @@ class CheckMemory:
                 self.verified[plan.numbered.key[p]], self.shown_by[plan.numbered.key[p]] = o, check
 
 
-def region_validate(original: dict[str, Any], optimized: dict[str, Any], plan: RegionPlan, trials: int, seed: int,
+def region_validate(original: Program, optimized: Program, plan: RegionPlan, trials: int, seed: int,
                     draws: InputDraws | None, memory: CheckMemory) -> dict[str, Any]:
     """One jitted call per draw runs the original only as far as the regions need and each region
     on the values the original feeds it (one compile for all: XLA's fixed cost per module is
@@ -94,7 +95,7 @@ def region_validate(original: dict[str, Any], optimized: dict[str, Any], plan: R
     return result
 
 
-def _run_regions(original: dict[str, Any], optimized: dict[str, Any], plan: RegionPlan, checks: list[Region],
+def _run_regions(original: Program, optimized: Program, plan: RegionPlan, checks: list[Region],
                  trials: int, seed: int, draws: InputDraws | None) -> dict[str, Any]:
     """The original runs in its declared types as far as the regions' inputs (its values there are
     what the regions are fed, so their rounding is the program's own); from those values on, each

@@ -10,6 +10,7 @@ from typing import Any, Iterable, Mapping
 
 from validation.normal_forms import is_literal, unordered
 from validation.value_numbering import STRUCTURE_DEPTHS, Numbered, ValueTable, canon
+from wire.json_types import Program
 from wire.primitives import deterministic
 
 
@@ -19,7 +20,7 @@ class Region:
     roots: list[tuple[str, str]]  # (original value, optimized value) that must be equal
     boundary: list[tuple[str, str]] = field(default_factory=list)  # (optimized input, original value fed)
 
-    def subprogram(self, optimized: dict[str, Any], numbered: Numbered) -> dict[str, Any]:
+    def subprogram(self, optimized: Program, numbered: Numbered) -> Program:
         eqns = [optimized["eqns"][i] for i in self.eqns]
         used = {a for e in eqns for a in e["in"] if isinstance(a, str)} | {p for _, p in self.roots}
         return {"format": optimized["format"],
@@ -101,7 +102,7 @@ def _matched_terms(terms_o: list[str], terms_p: list[str], o_num: Numbered,
     return kids
 
 
-def find_regions(original: dict[str, Any], optimized: dict[str, Any], table: ValueTable | None = None,
+def find_regions(original: Program, optimized: Program, table: ValueTable | None = None,
                  verified: Mapping[int, str] | None = None) -> RegionPlan | None:
     """Pair the optimized program's values with the original's: top-down from the outputs through
     equations with the same op and params; where they differ, the optimized side becomes a region
@@ -183,7 +184,7 @@ class _Pairing:
                 return True
         return False
 
-    def grown_regions(self, optimized: dict[str, Any]) -> list[tuple[set[int], list[tuple[str, str]]]]:
+    def grown_regions(self, optimized: Program) -> list[tuple[set[int], list[tuple[str, str]]]]:
         """(equations, roots) of each region: from each root upward to known values, regions that
         overlap merged."""
         groups: list[tuple[set[int], list[tuple[str, str]]]] = []
@@ -212,7 +213,7 @@ class _Pairing:
         key = self.p_num.key[p]
         return self.o_num.by_key[key] if key in self.o_keys else self.partner[p]
 
-    def plan(self, optimized: dict[str, Any], groups: list[tuple[set[int], list[tuple[str, str]]]]) -> RegionPlan:
+    def plan(self, optimized: Program, groups: list[tuple[set[int], list[tuple[str, str]]]]) -> RegionPlan:
         o_num, p_num = self.o_num, self.p_num
         regions = []
         for members, group_roots in groups:
@@ -227,7 +228,7 @@ class _Pairing:
         return RegionPlan(regions, share, p_num, o_num, {**self.partner, **identical}, self.relied)
 
 
-def equations_reaching(program: dict[str, Any], names: Iterable[str], stop: Iterable[str] = (),
+def equations_reaching(program: Program, names: Iterable[str], stop: Iterable[str] = (),
                        alias: dict[str, str] | None = None) -> list[int]:
     """Indices, in program order, of the equations that compute `names`, back to the values in
     `stop` (not computed: read). `alias` names a value read in place of another."""
@@ -243,8 +244,8 @@ def equations_reaching(program: dict[str, Any], names: Iterable[str], stop: Iter
     return sorted(found)
 
 
-def cone(program: dict[str, Any], outputs: list[str], fed: list[str] = (),
-         alias: dict[str, str] | None = None) -> dict[str, Any]:
+def cone(program: Program, outputs: list[str], fed: list[str] = (),
+         alias: dict[str, str] | None = None) -> Program:
     """The part of `program` that computes `outputs` from the values `fed` (taken as inputs, in
     that order, ahead of the program inputs the part still reads); consts it reads stay consts.
     `alias` names values equal to a fed one (a repeated computation): read as that one."""
@@ -261,7 +262,7 @@ def cone(program: dict[str, Any], outputs: list[str], fed: list[str] = (),
             "consts": [c for c in program.get("consts", []) if c["name"] in read], "eqns": eqns, "outputs": outputs}
 
 
-def check_key(original: dict[str, Any], optimized: dict[str, Any], region: Region, plan: RegionPlan) -> str:
+def check_key(original: Program, optimized: Program, region: Region, plan: RegionPlan) -> str:
     """Regions with equal keys are the same check: the same optimized computation compared with the
     same original computation, fed the same original values (a later candidate's region where an
     earlier one's was). Alike regions at other places are other checks: what one place feeds them
@@ -270,7 +271,7 @@ def check_key(original: dict[str, Any], optimized: dict[str, Any], region: Regio
         region_signature(original_side(original, region, plan)) + json.dumps([o for _, o in region.boundary])
 
 
-def original_side(original: dict[str, Any], region: Region, plan: RegionPlan) -> dict[str, Any]:
+def original_side(original: Program, region: Region, plan: RegionPlan) -> Program:
     """The original's computation of the region's roots from the values fed to the region (its
     inputs, in boundary order, ahead of the program inputs it still reads)."""
     fed = [o for _, o in region.boundary]
@@ -280,7 +281,7 @@ def original_side(original: dict[str, Any], region: Region, plan: RegionPlan) ->
     return cone(original, [o for o, _ in region.roots], fed, alias)
 
 
-def distinct_checks(original: dict[str, Any], optimized: dict[str, Any], plan: RegionPlan) -> dict[str, Region]:
+def distinct_checks(original: Program, optimized: Program, plan: RegionPlan) -> dict[str, Region]:
     """The plan's regions by `check_key`, one per distinct check, in the order the original reaches them."""
     checks: dict[str, Region] = {}
     for region in sorted(plan.regions, key=lambda r: max(r.eqns, default=-1)):
@@ -288,7 +289,7 @@ def distinct_checks(original: dict[str, Any], optimized: dict[str, Any], plan: R
     return checks
 
 
-def region_signature(program: dict[str, Any]) -> str:
+def region_signature(program: Program) -> str:
     """The region's structure with its value names replaced by their order of appearance."""
     names: dict[str, str] = {}
     rename = lambda n: names.setdefault(n, f"v{len(names)}")

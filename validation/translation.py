@@ -11,6 +11,7 @@ from lowering.kernels import output_avals
 from validation.validate import validate
 from wire.execute import typecheck
 from wire.format import WireError, WireProgram, json_int
+from wire.json_types import Program
 
 EXIT_CODES = {"passed": 0, "identical": 0, "failed": 1, "inconclusive": 2}  # `optu validate`
 
@@ -35,7 +36,7 @@ class ValidateResponse(BaseModel):
     reason: str
 
 
-def _signature(program: dict[str, Any], side: str) -> tuple[list[tuple], list[tuple]]:
+def _signature(program: Program, side: str) -> tuple[list[tuple], list[tuple]]:
     """(inputs, outputs) as (shape, dtype) in order; WireError naming `side` if it does not type-check."""
     try:
         typecheck(program)
@@ -44,7 +45,7 @@ def _signature(program: dict[str, Any], side: str) -> tuple[list[tuple], list[tu
     return [(tuple(s["shape"]), s["dtype"]) for s in program["inputs"]], output_avals(program)
 
 
-def check_signatures(original: dict[str, Any], candidate: dict[str, Any],
+def check_signatures(original: Program, candidate: Program,
                      sides: tuple[str, str] = ("original", "candidate")) -> None:
     """WireError (a 422) unless both programs type-check and take and return the same avals in order;
     the fields it names start with the programs' `sides`."""
@@ -60,7 +61,7 @@ def check_signatures(original: dict[str, Any], candidate: dict[str, Any],
                                 field=f"{other}.{part}[{k}]")
 
 
-def validate_programs(original: dict[str, Any], candidate: dict[str, Any], fp_mode: str = "real",
+def validate_programs(original: Program, candidate: Program, fp_mode: str = "real",
                       seed: int = 0) -> dict[str, Any]:
     """The verdict on `candidate` against `original`; WireError when they cannot be compared."""
     check_signatures(original, candidate)

@@ -46,6 +46,7 @@ from validation.region_check import CheckMemory, region_validate
 from validation.widen import CannotWiden, Widened, check_jit, float64_callable, widen
 from wire.execute import jitted_program, typecheck
 from wire.format import WireError
+from wire.json_types import Program
 
 MAX_REGION_SHARE = (
     0.6  # beyond this share of the optimized program in regions, checking them costs as much as the whole
@@ -61,7 +62,7 @@ def identical() -> dict[str, Any]:
                       "was run"}
 
 
-def validate(original: dict[str, Any], optimized: dict[str, Any], fp_mode: str = "real",
+def validate(original: Program, optimized: Program, fp_mode: str = "real",
              trials: int = TRIALS, seed: int = 0, draws: InputDraws | None = None,
              memory: CheckMemory | None = None) -> dict[str, Any]:
     """The verdict on `optimized` against `original` (see the module docstring); `draws` may hold
@@ -95,7 +96,7 @@ def validate(original: dict[str, Any], optimized: dict[str, Any], fp_mode: str =
                       f"need not show in the outputs: the check cannot tell which to believe"}
 
 
-def validate_pieces(original: dict[str, Any], optimized: dict[str, Any],
+def validate_pieces(original: Program, optimized: Program,
                     pieces: list[tuple[dict[str, Any], dict[str, Any]]], fp_mode: str = "real") -> dict[str, Any]:
     """`optimized` stitched from optimized pieces of `original` (a piecewise search): each distinct
     piece checked against the piece it replaces, as a program of its own (an encoder's twelve
@@ -115,7 +116,7 @@ def validate_pieces(original: dict[str, Any], optimized: dict[str, Any],
             "reason": f"each of {len(results)} distinct pieces passed or is identical"}
 
 
-def validate_whole(original: dict[str, Any], optimized: dict[str, Any], fp_mode: str = "real",
+def validate_whole(original: Program, optimized: Program, fp_mode: str = "real",
                    trials: int = TRIALS, seed: int = 0, draws: InputDraws | None = None) -> dict[str, Any]:
     """Both whole programs on the same inputs: in float64 (`real`), or in their own types (`exact`)."""
     dtypes = [dtype for _, dtype in output_avals(original)]
@@ -153,7 +154,7 @@ Runs = Callable[[list[np.ndarray], list[np.ndarray | None], float], tuple[Output
 
 
 def checked_runs(reference: Callable[..., tuple[list, Any]], candidate: Callable[[Any], list],
-                 programs: list[dict[str, Any]]) -> Runs:
+                 programs: list[Program]) -> Runs:
     """`reference` (of widened inputs: the reference's outputs and what `candidate` reads) and
     `candidate` (its outputs), jitted once and called twice per draw: on the widened inputs, and on
     them nudged along their directions, where the candidate is skipped (a conditional, so the
@@ -181,7 +182,7 @@ def checked_runs(reference: Callable[..., tuple[list, Any]], candidate: Callable
 
     return evaluate
 
-def _exact(original: dict[str, Any], optimized: dict[str, Any], dtypes: list[str], trials: int, seed: int,
+def _exact(original: Program, optimized: Program, dtypes: list[str], trials: int, seed: int,
            draws: InputDraws | None) -> dict[str, Any]:
     """Bit-identical results in the declared types, on draws whose outputs are not all overflow."""
     run_original, run_optimized = jitted_program(original), jitted_program(optimized)

@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 from validation.normal_forms import is_literal, literal_of, normal_form, unordered
+from wire.json_types import Eqn, Program
 from wire.primitives import deterministic
 
 # Levels of operands hashed to recognise "the same value" across programs, deepest first: deep
@@ -42,7 +43,7 @@ class ValueTable:
 class Numbered:
     """A program's value numbering over a shared table: identical computations, identical ids."""
 
-    def __init__(self, program: dict[str, Any], table: ValueTable):
+    def __init__(self, program: Program, table: ValueTable):
         intern, self.real = table.number, table.real
         self.program, self.producer, self.key, self.aval = program, {}, {}, {}
         self.consts = {c["name"]: c for c in program.get("consts", [])}
@@ -80,7 +81,7 @@ class Numbered:
         self._shape_hash: dict[str, str] = {}
 
     @staticmethod
-    def _signature(e: dict[str, Any]) -> tuple:
+    def _signature(e: Eqn) -> tuple:
         return (e["op"], canon(e.get("params") or {}), tuple(None if isinstance(a, str) else canon(a) for a in e["in"]),
                 tuple((tuple(o["shape"]), o["dtype"]) for o in e["out"]))
 
@@ -89,7 +90,7 @@ class Numbered:
         found = literal_of(operand, self.form.get)
         return None if found is None else canon(found)
 
-    def _identity(self, e: dict[str, Any], j: int) -> tuple:
+    def _identity(self, e: Eqn, j: int) -> tuple:
         """What numbers output `j` of `e`: its op, params and output types, and its operands (numbers
         of values, literals as written), unordered where the op's operands are."""
         operands = [

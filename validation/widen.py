@@ -11,6 +11,7 @@ import numpy as np
 
 from wire.execute import program_to_callable
 from wire.format import ConstSpec, decode_array, encode_array
+from wire.json_types import Program
 from wire.primitives import nested_programs
 
 WIDE = {"float16": "float64", "bfloat16": "float64", "float32": "float64", "complex64": "complex128"}
@@ -45,7 +46,7 @@ def widen(args: list[Any]) -> list[np.ndarray]:
     return [widened(np.asarray(a)) for a in args]
 
 
-def promote_to_float64(program: dict[str, Any]) -> dict[str, Any]:
+def promote_to_float64(program: Program) -> Program:
     """The same program computing in float64 (complex128) wherever it computed in a narrower type."""
     consts = [
         {**c, "dtype": WIDE[c["dtype"]], "data": encode_array(decode_array(ConstSpec(**c)).astype(WIDE[c["dtype"]]))}
@@ -59,7 +60,7 @@ def promote_to_float64(program: dict[str, Any]) -> dict[str, Any]:
     return {**json.loads(text), "consts": consts}
 
 
-def float64_callable(program: dict[str, Any]) -> Callable[..., list[Any]]:
+def float64_callable(program: Program) -> Callable[..., list[Any]]:
     """`program` promoted to float64 as a JAX-traceable callable (to be traced under x64)."""
     with jax.enable_x64(True):
         return program_to_callable(promote_to_float64(program))
@@ -76,7 +77,7 @@ def check_compiler_options(programs: Iterable[dict[str, Any]]) -> dict[str, Any]
     return GROUPED_CONVOLUTION_CHECK_OPTIONS if any(map(_convolves_in_groups, programs)) else CHECK_COMPILER_OPTIONS
 
 
-def _convolves_in_groups(program: dict[str, Any]) -> bool:
+def _convolves_in_groups(program: Program) -> bool:
     return any(any(map(_convolves_in_groups, nested_programs(eqn))) or eqn["op"] == "conv_general_dilated" and
                max(eqn["params"].get("feature_group_count", 1), eqn["params"].get("batch_group_count", 1)) > 1
                for eqn in program["eqns"])
@@ -85,7 +86,7 @@ def _convolves_in_groups(program: dict[str, Any]) -> bool:
 class Widened:
     """A program evaluated in float64 (`promote_to_float64`), jitted once under scoped x64."""
 
-    def __init__(self, program: dict[str, Any]):
+    def __init__(self, program: Program):
         self.fn = check_jit(float64_callable(program), [program])
 
     def __call__(self, args: list[np.ndarray]) -> list[np.ndarray]:

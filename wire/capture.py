@@ -10,6 +10,7 @@ import jax.extend.core as jex
 import numpy as np
 
 from wire.format import WireError, WireProgram, encode_array, encode_literal
+from wire.json_types import Program
 from wire.params import encode_params
 
 # Wrapper primitives whose body is spliced into the caller, and the param holding that body.
@@ -20,7 +21,7 @@ _INLINE = {
 }
 
 
-def capture(fn: Callable, *args: Any, weight_argnums: Sequence[int] = ()) -> dict:
+def capture(fn: Callable, *args: Any, weight_argnums: Sequence[int] = ()) -> Program:
     """The wire program of `fn` at `args` (pytrees allowed; inputs are the flattened leaves)."""
     return capture_with_trees(fn, *args, weight_argnums=weight_argnums)[0]
 
@@ -107,7 +108,7 @@ def _inline_param(v: Any) -> Any:
     return v
 
 
-def jaxpr_to_wire(closed: jex.ClosedJaxpr, roles: Sequence[str] | None = None) -> dict:
+def jaxpr_to_wire(closed: jex.ClosedJaxpr, roles: Sequence[str] | None = None) -> Program:
     """The wire program of an already-inlined closed jaxpr (names in*, c*, v* per program)."""
     jaxpr = closed.jaxpr
     names: dict[Any, str] = {}

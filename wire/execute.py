@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from wire.flash_attention import composite_ops
 from wire.format import FORMAT, WireError, WireLiteral, WireProgram, decode_array, literal_value, parse_dtype
+from wire.json_types import Program
 from wire.params import decode_params
 from wire.precision import declared_precision, in_declared_precision
 
@@ -31,7 +32,7 @@ def primitive_table() -> dict[str, jex.Primitive]:
     return table
 
 
-def _as_program(program: dict | WireProgram) -> WireProgram:
+def _as_program(program: Program | WireProgram) -> WireProgram:
     if isinstance(program, WireProgram):
         return program
     if not isinstance(program, dict):
@@ -56,7 +57,7 @@ def _resolve(op: str, eqn: int) -> jex.Primitive:
     return prim
 
 
-def closed_jaxpr(program: dict[str, Any]) -> jex.ClosedJaxpr:
+def closed_jaxpr(program: Program) -> jex.ClosedJaxpr:
     """A (type-checked) wire program traced back into the closed jaxpr it stands for: what a
     control-flow primitive's params hold."""
     typecheck(program)
@@ -72,7 +73,7 @@ def _decode(op: str, params: dict, eqn: int) -> dict:
         raise WireError(e.message, eqn=eqn, field=e.field) from None
 
 
-def program_to_callable(program: dict | WireProgram) -> Callable[..., list[Any]]:
+def program_to_callable(program: Program | WireProgram) -> Callable[..., list[Any]]:
     """A function of the flat inputs, in order, returning the list of outputs.
 
     Run `typecheck` first on untrusted programs; this only checks what it needs to bind."""
@@ -98,16 +99,16 @@ def program_to_callable(program: dict | WireProgram) -> Callable[..., list[Any]]
     return run
 
 
-def jitted_program(program: dict[str, Any]) -> Callable[..., list[Any]]:
+def jitted_program(program: Program) -> Callable[..., list[Any]]:
     """`program_to_callable`, jitted, and called in the precision the program declares."""
     return in_declared_precision(program, jax.jit(program_to_callable(program)))
 
 
-def _declared_precision(program: dict | WireProgram):
+def _declared_precision(program: Program | WireProgram):
     return declared_precision(program.model_dump(by_alias=True) if isinstance(program, WireProgram) else program)
 
 
-def typecheck(program: dict | WireProgram) -> None:
+def typecheck(program: Program | WireProgram) -> None:
     """Raise WireError unless every name is defined once before use, every primitive is known
     and every declared output matches what the primitive computes from the declared inputs."""
     try:

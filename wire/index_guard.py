@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from wire.execute import program_to_callable
+from wire.json_types import Program
 from wire.primitives import live_equations
 
 
@@ -69,7 +70,7 @@ class IndexGuard:
     checks: list[str]
 
 
-def split_guard(program: dict, checks: list[str]) -> tuple[dict, IndexGuard | None]:
+def split_guard(program: Program, checks: list[str]) -> tuple[Program, IndexGuard | None]:
     """`program` whose last len(checks) outputs are the flags, as the model's program (those
     outputs and the work only they need removed; everything else as it was) and the guard of the
     flags that read the program's inputs. A flag made from constants alone (an iota's positions)
@@ -93,7 +94,7 @@ def split_guard(program: dict, checks: list[str]) -> tuple[dict, IndexGuard | No
     return model, IndexGuard(_flags_program(program, [flags[k] for k in per_call]), [checks[k] for k in per_call])
 
 
-def _flags_program(program: dict, flags: list, inputs: list | None = None) -> dict:
+def _flags_program(program: Program, flags: list, inputs: list | None = None) -> Program:
     """The part of `program` computing `flags`, on its inputs (or on `inputs`)."""
     needed = _needed(program["eqns"], flags)
     read = _reads(program["eqns"], needed)

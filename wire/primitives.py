@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, Literal
 
+from wire.json_types import Eqn, Program
+
 Role = Literal["gemm", "elementwise", "reduction", "view", "move", "control"]
 # The unit a primitive's cost comes from: the optical GEMM cores, the vector unit per element,
 # bytes moved on the vector unit's SRAM port, nothing (an index map), a loop over its bodies, or
@@ -112,12 +114,12 @@ GEMMS = names(role="gemm")
 PURE = names(pure=True)
 
 
-def holds_programs(program: dict) -> bool:
+def holds_programs(program: Program) -> bool:
     """Whether an equation of `program` holds a nested program (a loop body, a branch)."""
     return any(PRIMITIVES[e["op"]].bodies for e in program["eqns"] if e["op"] in PRIMITIVES)
 
 
-def nested_programs(eqn: dict) -> Iterator[dict]:
+def nested_programs(eqn: Eqn) -> Iterator[Program]:
     """The wire programs an equation of a control-flow primitive holds, in the order its params
     list them (a while's condition before its body; a cond's branches in order)."""
     primitive = PRIMITIVES.get(eqn["op"])
@@ -127,7 +129,7 @@ def nested_programs(eqn: dict) -> Iterator[dict]:
         yield from (branch["program"] for branch in held) if isinstance(held, list) else [held["program"]]
 
 
-def deterministic(eqn: dict) -> bool:
+def deterministic(eqn: Eqn) -> bool:
     """Whether the equation's outputs are a function of its operands: a primitive of the table whose
     nested programs are deterministic too (one it does not know may draw random numbers or call
     the host, so two alike are not one value)."""
@@ -148,7 +150,7 @@ def live_equations(eqns: list[dict], outputs: list, with_effects: bool = True) -
     return kept[::-1]
 
 
-def const_operands(eqn: dict) -> dict[str, tuple[int, int]]:
+def const_operands(eqn: Eqn) -> dict[str, tuple[int, int]]:
     """Per body of a loop (scan, while): (index of its first loop-invariant const among the
     equation's operands, how many); a while's condition consts come before its body's. Empty for
     other primitives (a cond's operands pass straight through to its branches)."""

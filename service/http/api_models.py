@@ -11,7 +11,7 @@ from costmodel.profile import (HardwareProfile, ProfileError, list_profiles, loa
                                with_overrides)
 from service.optimizer.options import OptimizeOptions
 from wire.format import FORMAT, WireError, WireProgram
-
+from wire.json_types import Program
 
 # Statuses a route answers besides its own, declared on its router so that a client generated from
 # the OpenAPI schema knows every status the server can send.
@@ -77,7 +77,7 @@ def resolve_hardware(hardware: str | dict | None, default: str) -> HardwareProfi
     return load_profile(name)
 
 
-def count_equations(program: dict[str, Any]) -> int:
+def count_equations(program: Program) -> int:
     """Equations of a program including those of nested control-flow bodies in params."""
     total = 0
     stack: list[Any] = [program]

@@ -5,9 +5,10 @@ import math
 from typing import Any, Iterator
 
 from wire.format import WireError
+from wire.json_types import Program
 
 
-def _tensors(program: dict[str, Any], where: str = "",
+def _tensors(program: Program, where: str = "",
              top_eqn: int | None = None) -> Iterator[tuple[dict[str, Any], str, int | None]]:
     """(spec, field, top-level eqn index) for every declared tensor, nested bodies included."""
     for kind in ("inputs", "consts"):
@@ -28,7 +29,7 @@ def _tensors(program: dict[str, Any], where: str = "",
                 stack.extend((v, f"{path}[{i}]") for i, v in enumerate(item))
 
 
-def check_tensor_elements(program: dict[str, Any], limit: int) -> None:
+def check_tensor_elements(program: Program, limit: int) -> None:
     """WireError (a 422 naming the tensor) for any tensor with more than `limit` elements:
     validation materializes every tensor, so one huge shape could exhaust a worker's memory."""
     for spec, field, eqn in _tensors(program):

@@ -20,11 +20,12 @@ from service.optimizer.options import OptimizeOptions
 from service.optimizer.progress import Listener, listening
 from service.optimizer.request_key import canonical_request_id
 from wire.format import WireError, WireProgram
+from wire.json_types import Program
 
 
 @dataclass(frozen=True)
 class Prepared:
-    program: dict[str, Any]
+    program: Program
     hardware: str | HardwareProfile
     options: OptimizeOptions
     key: str
@@ -41,7 +42,7 @@ async def prepare(body: OptimizeRequest, settings: Settings) -> Prepared:
     )
 
 
-async def run(app: FastAPI, program: dict[str, Any], hardware: Any, options: OptimizeOptions,
+async def run(app: FastAPI, program: Program, hardware: Any, options: OptimizeOptions,
               on_progress: Listener | None = None, ticket: Ticket | None = None) -> dict[str, Any]:
     """`pipeline.optimize` in a worker, or on a thread when the app has no pool (OPTU_WORKERS=0);
     there a cancelled ticket stops the search after its current saturation step or stage."""

@@ -11,6 +11,7 @@ from service.jobqueue.local_store import JobStore, Runner
 from service.jobqueue.pool import Cancelled, QueueFull, Ticket, WorkerDied, WorkerPool
 from service.jobqueue.queue_store import QueueJobStore
 from service.jobqueue.states import JobFinished, JobQueueFull, NoResult, ResultCache, State, UnknownJob
+from wire.json_types import Program
 
 __all__ = ["Jobs", "open_jobs", "JobFinished", "JobQueueFull", "NoResult", "UnknownJob",
            "WorkerPool", "QueueFull", "WorkerDied", "Cancelled", "Ticket"]
@@ -22,7 +23,7 @@ class Jobs(Protocol):
     depth: int
     ttl_s: float
 
-    async def submit(self, key: str, program: dict[str, Any], hardware: Any, options: Any) -> dict[str, Any]: ...
+    async def submit(self, key: str, program: Program, hardware: Any, options: Any) -> dict[str, Any]: ...
 
     async def status(self, job_id: str) -> dict[str, Any]: ...
 

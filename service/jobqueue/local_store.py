@@ -12,6 +12,7 @@ from service.jobqueue.pool import Cancelled, Ticket
 from service.jobqueue.states import (CANCELLED_BY_CLIENT, FINISHED, JobFinished, JobQueueFull, NoResult, ResultCache,
                                      State, UnknownJob, job_status)
 from service.optimizer.progress import Listener
+from wire.json_types import Program
 
 # (program, hardware, options, on_progress, ticket) -> the response
 Runner = Callable[[dict[str, Any], Any, Any, Listener, Ticket], Awaitable[dict[str, Any]]]
@@ -85,7 +86,7 @@ class JobStore:
         """Jobs in `state` now (read at each metrics scrape)."""
         return sum(job.state == state for job in self._jobs.values())
 
-    async def submit(self, key: str, program: dict[str, Any], hardware: Any, options: Any) -> dict[str, Any]:
+    async def submit(self, key: str, program: Program, hardware: Any, options: Any) -> dict[str, Any]:
         """The status of request `key`'s job: the one already known (unless it failed or was
         cancelled), one finished at once from the cache, or a new one, queued."""
         self._forget_expired()
@@ -115,7 +116,7 @@ class JobStore:
         await asyncio.to_thread(job.ticket.cancel)  # kills the worker serving it, if any
         return job.status()
 
-    async def _execute(self, job: Job, program: dict[str, Any], hardware: Any, options: Any) -> None:
+    async def _execute(self, job: Job, program: Program, hardware: Any, options: Any) -> None:
         loop = asyncio.get_running_loop()
 
         def on_progress(facts: dict[str, Any]) -> None:  # from a pool thread: hand it to the loop

@@ -29,6 +29,7 @@ from service.optimizer import pipeline
 from service.optimizer.options import OptimizeOptions
 from service.optimizer.progress import Listener, listening
 from service.optimizer.warm_up import settle_start_up_heap, warm_up
+from wire.json_types import Program
 
 log = logging.getLogger(__name__)
 
@@ -291,7 +292,7 @@ class WorkerPool:
             await asyncio.sleep(RESPAWN_BACKOFF_S)
 
     # -- requests ------------------------------------------------------------------------------
-    async def submit(self, program: dict[str, Any], hardware: HardwareProfile,
+    async def submit(self, program: Program, hardware: HardwareProfile,
                      options: OptimizeOptions, on_progress: Listener | None = None,
                      ticket: Ticket | None = None, bounded: bool = True) -> dict[str, Any]:
         """`pipeline.optimize` in a worker, its progress reports handed to `on_progress` (on a pool

@@ -18,6 +18,7 @@ from service.jobqueue.broker import ACTIVE, REDELIVERIES, TASK, WORKER_PREFIX, J
 from service.jobqueue.states import (CANCELLED_BY_CLIENT, FINISHED, JobFinished, JobQueueFull, NoResult, ResultCache,
                                      State, UnknownJob, job_status)
 from service.optimizer.options import OptimizeOptions
+from wire.json_types import Program
 
 log = logging.getLogger("optu.jobs")
 
@@ -38,7 +39,7 @@ class QueueJobStore:
                                           socket_connect_timeout=REDIS_TIMEOUT_S)
         self._cache, self.depth, self.ttl_s, self._on_finish = cache, depth, ttl_s, on_finish
 
-    async def submit(self, key: str, program: dict[str, Any], hardware: str | HardwareProfile,
+    async def submit(self, key: str, program: Program, hardware: str | HardwareProfile,
                      options: OptimizeOptions) -> dict[str, Any]:
         return await asyncio.to_thread(self._submit, key, program, hardware, options)
 
@@ -88,7 +89,7 @@ class QueueJobStore:
             return math.nan
 
     # -- the work, on threads (blocking Redis calls) --------------------------------------------
-    def _submit(self, key: str, program: dict[str, Any], hardware: str | HardwareProfile,
+    def _submit(self, key: str, program: Program, hardware: str | HardwareProfile,
                 options: OptimizeOptions) -> dict[str, Any]:
         keys = JobKeys(key)
         if record := self.redis.hgetall(keys.record):

@@ -22,6 +22,7 @@ from service.jobqueue.broker import (ACTIVE, HEARTBEAT_FILE, MAX_ATTEMPTS, QUEUE
                                      JobKeys, Timing, beat, queue_app)
 from service.jobqueue.pool import Cancelled, Ticket, WorkerDied, WorkerProcess, answer
 from service.optimizer.options import OptimizeOptions
+from wire.json_types import Program
 
 log = logging.getLogger("optu.worker")
 
@@ -81,7 +82,7 @@ class QueueWorker:
             self._child.stop()
 
     # -- one job -------------------------------------------------------------------------------
-    def _optimize_job(self, task: Task, job_id: str, run: str, program: dict[str, Any], hardware: Any,
+    def _optimize_job(self, task: Task, job_id: str, run: str, program: Program, hardware: Any,
                       options: dict[str, Any]) -> dict[str, Any]:
         keys = JobKeys(job_id)
         record = self.redis.hgetall(keys.record)
@@ -115,7 +116,7 @@ class QueueWorker:
         finally:
             _release(lease)
 
-    def _run(self, task: Task, running: _Running, program: dict[str, Any], hardware: Any,
+    def _run(self, task: Task, running: _Running, program: Program, hardware: Any,
              options: dict[str, Any]) -> dict[str, Any]:
         request = (program, resolve_profile(hardware), OptimizeOptions.coerce(options).resolved())  # parsed once, here
         deadline_s = request[2].time_limit_s + self.deadline_grace_s

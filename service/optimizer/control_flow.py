@@ -9,6 +9,7 @@ from typing import Any, Callable
 from lowering.kernels import avals_of, output_avals
 from wire.execute import typecheck
 from wire.format import WireError, nested_program_slots
+from wire.json_types import Program
 from wire.primitives import const_operands
 
 # A body's optimized program replaces the original only when its own validation says so.
@@ -16,8 +17,8 @@ from wire.primitives import const_operands
 ACCEPTED_STATUSES = frozenset(["passed", "identical", "skipped"])
 
 
-def optimize_nested(program: dict[str, Any], optimize_body: Callable[[dict], dict]
-                    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def optimize_nested(program: Program, optimize_body: Callable[[Program], dict[str, Any]]
+                    ) -> tuple[Program, list[dict[str, Any]]]:
     """A copy of `program` whose nested programs are replaced by `optimize_body(body)["program"]`
     where that validated and kept the body's interface, plus one report per nested program;
     `program` itself where it holds none."""
@@ -66,16 +67,16 @@ def optimize_nested(program: dict[str, Any], optimize_body: Callable[[dict], dic
     return result, reports
 
 
-def nested_program_count(program: dict[str, Any]) -> int:
+def nested_program_count(program: Program) -> int:
     """How many nested programs (loop bodies, branches) `program`'s equations hold at the top level."""
     return sum(1 for eqn in program.get("eqns", []) for _ in nested_program_slots(eqn.get("params") or {}))
 
 
-def _counts(original: dict, used: dict) -> dict[str, int]:
+def _counts(original: Program, used: Program) -> dict[str, int]:
     return {"original": len(original.get("eqns", [])), "optimized": len(used.get("eqns", []))}
 
 
-def _rejection(original: dict, candidate: dict, response: dict, open_: bool) -> str | None:
+def _rejection(original: Program, candidate: Program, response: dict[str, Any], open_: bool) -> str | None:
     """Why `candidate` may not replace `original`, or None if it may."""
     status = (response.get("validation") or {}).get("status")
     if status not in ACCEPTED_STATUSES:

@@ -22,6 +22,7 @@ from validation.translation import check_signatures
 from validation.validate import validate
 from validation.widen import CannotWiden
 from wire.format import JsonInt, WireError, WireProgram, json_int
+from wire.json_types import Program
 
 
 class DebugKernelSpec(BaseModel):
@@ -94,7 +95,7 @@ class DebugResponse(BaseModel):
     bisection: Bisection | None = Field(None, description="present when bisect_rules was asked")
 
 
-def debug(original: dict[str, Any], optimized: dict[str, Any], hardware: HardwareProfile, options: OptimizeOptions,
+def debug(original: Program, optimized: Program, hardware: HardwareProfile, options: OptimizeOptions,
           kernels: list[dict[str, Any] | DebugKernelSpec] | None = None,
           rewrites: dict[str, int] | None = None, bisect_rules: bool = False, seed: int = 0,
           extra_rules: Sequence[NamedRule] = (), provenance: dict[str, str] | None = None,
@@ -120,7 +121,7 @@ def debug(original: dict[str, Any], optimized: dict[str, Any], hardware: Hardwar
     return result
 
 
-def _check_kernels(optimized: dict[str, Any], kernels: list[dict[str, Any]]) -> None:
+def _check_kernels(optimized: Program, kernels: list[dict[str, Any]]) -> None:
     """WireError naming the field unless every kernel reads and writes values of `optimized`."""
     values = {s["name"] for s in [*optimized["inputs"], *optimized.get("consts", [])]}
     values |= {o["name"] for e in optimized["eqns"] for o in e["out"]}
@@ -132,7 +133,7 @@ def _check_kernels(optimized: dict[str, Any], kernels: list[dict[str, Any]]) -> 
                                 field=f"kernels[{k}].{part}")
 
 
-def bisect(original: dict[str, Any], hardware: HardwareProfile, options: OptimizeOptions,
+def bisect(original: Program, hardware: HardwareProfile, options: OptimizeOptions,
            extra_rules: Sequence[NamedRule] = (), seed: int = 0,
            time_limit_s: float | None = None) -> dict[str, Any]:
     """Delta debugging over the rules that fire when `original` is optimized: each subset is

@@ -24,6 +24,7 @@ from lowering.runnable import kernel_subprogram
 from service.optimizer.options import OptimizeOptions
 from service.optimizer.pipeline import baseline_program, optimize
 from wire.execute import program_to_callable
+from wire.json_types import Program
 
 KINDS = ("baseline", "optimized")  # the program as written in the baseline's kernels; the returned one
 PASSES = 8  # interleaved timing passes over all kernels
@@ -31,7 +32,7 @@ BUDGET_PER_KERNEL_S = 0.4  # timing time per kernel, over all passes (compilatio
 Checked = tuple[str, dict[str, Any], Sequence[Any]]  # (name, wire program, a value per program input)
 
 
-def program_kernels(name: str, program: dict[str, Any], values: Sequence[Any],
+def program_kernels(name: str, program: Program, values: Sequence[Any],
                     profile_name: str) -> list[tuple[dict[str, Any], Probe]]:
     """(row, probe) for each per-call kernel of `program` as written (in the fair baseline's greedy
     groups) and as optimized on `profile_name`; the probe times the kernel on the values the

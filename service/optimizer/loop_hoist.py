@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import copy
 from itertools import count
-from typing import Any
 
 from costmodel.kernel_cost import VIEW_OPS
 from costmodel.profile import HardwareProfile
 from lowering.kernels import avals_of, build_kernel_program
 from rewrites.chain_order import PLAIN_MATMUL
+from wire.json_types import Eqn, Program
 from wire.primitives import GEMMS
 
 
-def hoist_scan_projections(program: dict[str, Any]) -> tuple[dict[str, Any], int]:
+def hoist_scan_projections(program: Program) -> tuple[Program, int]:
     """A copy of `program` with every hoistable GEMM of its top-level scans hoisted, and how many
     (`program` itself where it has no scan)."""
     if not any(eqn["op"] == "scan" for eqn in program["eqns"]):
@@ -39,7 +39,7 @@ def hoist_scan_projections(program: dict[str, Any]) -> tuple[dict[str, Any], int
     return result, hoisted
 
 
-def hoist_if_cheaper(program: dict[str, Any], profile: HardwareProfile) -> tuple[dict[str, Any], int]:
+def hoist_if_cheaper(program: Program, profile: HardwareProfile) -> tuple[Program, int]:
     """`program` with its scans' GEMMs hoisted where the kernel estimate (greedy fusion, as the
     baseline prices it) says that is cheaper, and how many were."""
     hoisted, n = hoist_scan_projections(program)
@@ -48,7 +48,7 @@ def hoist_if_cheaper(program: dict[str, Any], profile: HardwareProfile) -> tuple
     return program, 0
 
 
-def scan_projections(program: dict[str, Any]) -> int:
+def scan_projections(program: Program) -> int:
     """GEMMs of `program` whose values its scans read step by step (directly or through views, a
     slice of a merged GEMM among them): input projections that run over every step before the loop."""
     producer = {o["name"]: eqn for eqn in program["eqns"] for o in eqn["out"]}
@@ -66,7 +66,7 @@ def scan_projections(program: dict[str, Any]) -> int:
     return len(found)
 
 
-def _hoist(scan: dict[str, Any], fresh) -> list[dict[str, Any]]:
+def _hoist(scan: Eqn, fresh) -> list[Eqn]:
     """Rewrites `scan` in place; returns the GEMM equations that now run before it."""
     params = scan["params"]
     body = params["jaxpr"]["program"]
@@ -95,7 +95,7 @@ def _hoist(scan: dict[str, Any], fresh) -> list[dict[str, Any]]:
     return before
 
 
-def _rename(body: dict[str, Any], old: str, new: str) -> None:
+def _rename(body: Program, old: str, new: str) -> None:
     for eqn in body["eqns"]:
         eqn["in"] = [new if a == old else a for a in eqn["in"]]
     body["outputs"] = [new if o == old else o for o in body["outputs"]]

@@ -10,17 +10,18 @@ from typing import Any, Iterator
 
 from costmodel.op_cost import FREE_OPS
 from wire.format import parse_dtype
+from wire.json_types import Eqn, Program
 from wire.primitives import PRIMITIVES, PURE, const_operands, holds_programs, nested_programs
 
 
-def tidy_loops(program: dict[str, Any]) -> tuple[dict[str, Any], int]:
+def tidy_loops(program: Program) -> tuple[Program, int]:
     """What a conventional compiler does to loops: invariant equations moved out, then the loop
     inputs no body reads dropped; how many equations moved."""
     hoisted, moved = hoist_loop_invariants(program)
     return drop_unused_loop_inputs(hoisted)[0], moved
 
 
-def hoist_loop_invariants(program: dict[str, Any]) -> tuple[dict[str, Any], int]:
+def hoist_loop_invariants(program: Program) -> tuple[Program, int]:
     """A copy of `program` with the invariant equations of every `scan` and `while` body (nested
     loops included, innermost first) moved before their loop, and how many equations moved;
     `program` itself where none moved."""
@@ -31,7 +32,7 @@ def hoist_loop_invariants(program: dict[str, Any]) -> tuple[dict[str, Any], int]
     return (result, moved) if moved else (program, 0)
 
 
-def _hoist_in(program: dict[str, Any], counted: set[int]) -> int:
+def _hoist_in(program: Program, counted: set[int]) -> int:
     """Hoists in place out of the loops of `program` (and of their bodies); returns how many
     equations left a loop for the first time (one lifted through two loops counts once)."""
     taken = _names(program)
@@ -50,8 +51,8 @@ def _hoist_in(program: dict[str, Any], counted: set[int]) -> int:
     return moved
 
 
-def _hoist_body(loop: dict[str, Any], key: str, outer: dict[str, Any], fresh: Iterator[str],
-                taken: set[str]) -> list[dict[str, Any]]:
+def _hoist_body(loop: Eqn, key: str, outer: Program, fresh: Iterator[str],
+                taken: set[str]) -> list[Eqn]:
     """Rewrites `loop` and its body `key` in place; returns the equations that now run before it,
     written in `outer`'s names (body-embedded consts they read are copied into `outer`)."""
     params = loop["params"]
@@ -100,7 +101,7 @@ def _take(fresh: Iterator[str], taken: set[str]) -> str:
     return name
 
 
-def _hoistable(body: dict[str, Any], loop_consts: set[str]) -> list[dict[str, Any]]:
+def _hoistable(body: Program, loop_consts: set[str]) -> list[Eqn]:
     """The body equations to move out, in body order: pure, reading only loop constants, literals
     and other moved results, and none whose result would enter the loop bigger than what it was
     computed from (a broadcast fused into its consumer costs nothing per step; hoisted, it is a
@@ -128,7 +129,7 @@ def _hoistable(body: dict[str, Any], loop_consts: set[str]) -> list[dict[str, An
         kept_in |= {id(e) for e in staying}
 
 
-def _inflates(eqn: dict[str, Any], avals: dict[str, dict]) -> bool:
+def _inflates(eqn: Eqn, avals: dict[str, dict]) -> bool:
     """More bytes out than in: broadcasts, iotas, pads, widening conversions, outer products."""
     nbytes = lambda s: math.prod(s["shape"]) * parse_dtype(s["dtype"]).itemsize
     read = sum(nbytes(avals[a]) if isinstance(a, str) else parse_dtype(a["dtype"]).itemsize
@@ -136,12 +137,12 @@ def _inflates(eqn: dict[str, Any], avals: dict[str, dict]) -> bool:
     return sum(nbytes(o) for o in eqn["out"]) > read
 
 
-def _names(program: dict[str, Any]) -> set[str]:
+def _names(program: Program) -> set[str]:
     specs = [*program["inputs"], *program.get("consts", []), *(o for e in program["eqns"] for o in e["out"])]
     return {s["name"] for s in specs}
 
 
-def drop_unused_loop_inputs(program: dict[str, Any]) -> tuple[dict[str, Any], int]:
+def drop_unused_loop_inputs(program: Program) -> tuple[Program, int]:
     """A copy of `program` without the loop constants (and scanned inputs) no body reads any more,
     and how many went: a hoisted projection leaves its weight and its per-step input unread, and
     every step would still carry them in (XLA's while-loop simplifier drops them too); `program`
@@ -153,7 +154,7 @@ def drop_unused_loop_inputs(program: dict[str, Any]) -> tuple[dict[str, Any], in
     return (result, dropped) if dropped else (program, 0)
 
 
-def _drop_in(program: dict[str, Any]) -> int:
+def _drop_in(program: Program) -> int:
     dropped = 0
     for eqn in program["eqns"]:
         for body in nested_programs(eqn):
@@ -181,6 +182,6 @@ def _drop_in(program: dict[str, Any]) -> int:
     return dropped
 
 
-def _reads(body: dict[str, Any]) -> set[str]:
+def _reads(body: Program) -> set[str]:
     return {a for e in body["eqns"] for a in e["in"] if isinstance(a, str)} | \
         {o for o in body["outputs"] if isinstance(o, str)}

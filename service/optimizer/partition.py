@@ -24,6 +24,7 @@ from lowering.kernels import avals_of, static_names
 from rewrites.schedule import SaturationReport
 from service.optimizer.search import FLOOR_RESOURCES, EGraphFloor, Search
 from validation.regions import region_signature
+from wire.json_types import Eqn, Program
 from wire.primitives import GEMMS
 
 MIN_PROGRAM_EQNS = 200  # smaller programs search whole in well under a second
@@ -43,11 +44,11 @@ class Piece:
     inputs: list[str]
     consts: list[str]
     outputs: list[str]
-    program: dict[str, Any]  # the piece as a wire program of its own
+    program: Program  # the piece as a wire program of its own
     signature: str
 
 
-def find_pieces(program: dict[str, Any], precompute_weights: bool = True) -> list[Piece] | None:
+def find_pieces(program: Program, precompute_weights: bool = True) -> list[Piece] | None:
     """The pieces of `program`, or None when it should be searched whole (small, no repetition,
     or a GEMM operand shared across pieces). `precompute_weights`: the profile's
     `kernel.precompute_weights`, under which values made from weights are read as weights."""
@@ -96,7 +97,7 @@ def _repeats(pieces: list[Piece]) -> bool:
     return len(pieces) > 3 and len({p.signature for p in pieces}) < len(pieces)
 
 
-def _layout_sources(eqns: list[dict[str, Any]]) -> dict[str, str]:
+def _layout_sources(eqns: list[Eqn]) -> dict[str, str]:
     """For a value made from one other by layout ops only (a transposed weight), that value."""
     source: dict[str, str] = {}
     for e in eqns:
@@ -106,7 +107,7 @@ def _layout_sources(eqns: list[dict[str, Any]]) -> dict[str, str]:
     return source
 
 
-def _cuts(program: dict[str, Any], unlive: set[str], max_live: int) -> list[int]:
+def _cuts(program: Program, unlive: set[str], max_live: int) -> list[int]:
     """Equation indices a piece may start at: at most `max_live` values live across (`unlive`
     values never are: each piece computes or reads them as it reads a weight), no later reader
     of one that greedy fusion would put in its producer's kernel, not inside an attention, pieces
@@ -182,14 +183,14 @@ def _computed_after_a_gemm(value: str, eqns: list[dict], produced_at: dict[str, 
     return False
 
 
-def constant_values(program: dict[str, Any]) -> set[str]:
+def constant_values(program: Program) -> set[str]:
     """Values computed from literals and consts alone (a causal mask from iotas), program outputs
     aside. They are the same on every call and free per call under every profile, so they are
     never live across a cut: a piece that reads one computes it itself."""
     return static_names(program, weights=False) - {o for o in program["outputs"] if isinstance(o, str)}
 
 
-def _definitions(eqns: list[dict[str, Any]], names: list[str]) -> list[dict[str, Any]]:
+def _definitions(eqns: list[Eqn], names: list[str]) -> list[Eqn]:
     """The equations that compute `names` from what they read, transitively, in program order."""
     producer = {o["name"]: i for i, e in enumerate(eqns) for o in e["out"]}
     needed: set[int] = set()
@@ -202,7 +203,7 @@ def _definitions(eqns: list[dict[str, Any]], names: list[str]) -> list[dict[str,
     return [eqns[i] for i in sorted(needed)]
 
 
-def _piece(program: dict[str, Any], start: int, stop: int, constant: set[str], per_weight_set: set[str]) -> Piece:
+def _piece(program: Program, start: int, stop: int, constant: set[str], per_weight_set: set[str]) -> Piece:
     own = program["eqns"][start:stop]
     produced = {o["name"] for e in own for o in e["out"]}
     recomputed = [a for e in own for a in e["in"] if isinstance(a, str) and a in constant and a not in produced]
@@ -234,7 +235,7 @@ def checked_apart(pieces: list[Piece]) -> bool:
     return 2 * sum(distinct.values()) < pieces[-1].stop
 
 
-def search_pieces(program: dict[str, Any], pieces: list[Piece], search_one: Callable[[dict], Search]) -> Search:
+def search_pieces(program: Program, pieces: list[Piece], search_one: Callable[[dict], Search]) -> Search:
     """Search each distinct piece once and stitch the results into one Search of `program`."""
     done: dict[str, tuple[Piece, Search]] = {}
     for piece in pieces:
@@ -285,12 +286,12 @@ def _combined_extractions(extractions: list[Extraction]) -> Extraction:
                       sum(e.candidates or 0 for e in extractions))
 
 
-def _stitch(program: dict[str, Any], pieces: list[Piece], done: dict[str, tuple[Piece, Search]],
-            part: Callable[[Search], tuple[dict, list[list[int]]]]) -> tuple[dict[str, Any], list[list[int]]]:
+def _stitch(program: Program, pieces: list[Piece], done: dict[str, tuple[Piece, Search]],
+            part: Callable[[Search], tuple[dict, list[list[int]]]]) -> tuple[Program, list[list[int]]]:
     """The whole program from each piece's searched program, renamed: its inputs, consts and
     outputs to the piece's names in `program`, everything else made unique per piece."""
     alias: dict[str, Any] = {}  # a piece output its program returns as an input or literal
-    eqns: list[dict[str, Any]] = []
+    eqns: list[Eqn] = []
     groups: list[list[int]] = []
     for k, piece in enumerate(pieces):
         model, found = done[piece.signature]

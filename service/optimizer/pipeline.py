@@ -37,10 +37,11 @@ from validation.listing import kernel_listing
 from validation.validate import identical, validate, validate_pieces
 from wire.execute import typecheck
 from wire.format import WireError
+from wire.json_types import Program
 from wire.precision import declared_precision
 
 
-def baseline_program(program: dict[str, Any], options: OptimizeOptions) -> dict[str, Any]:
+def baseline_program(program: Program, options: OptimizeOptions) -> Program:
     """The program the baseline is priced on: simplified and its loops tidied as a conventional
     compiler does too (XLA's CSE and algebraic simplifier, its while-loop invariant motion), where
     rules run at all, bit-exactly in `exact` mode. The search also holds it, so its kernels are
@@ -48,12 +49,12 @@ def baseline_program(program: dict[str, Any], options: OptimizeOptions) -> dict[
     return _simplified(tidy_loops(program)[0] if options.rules else program, options)
 
 
-def _simplified(tidied: dict[str, Any], options: OptimizeOptions) -> dict[str, Any]:
+def _simplified(tidied: Program, options: OptimizeOptions) -> Program:
     """`tidied` as XLA's simplifier leaves it (bit-exactly in `exact` mode), where rules run at all."""
     return simplify(tidied, options.fp_mode == "exact") if options.rules else tidied
 
 
-def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | None = None,
+def optimize(program: Program, hardware: str | dict | HardwareProfile | None = None,
              options: OptimizeOptions | dict | None = None, extra_rules: Sequence[NamedRule] = ()) -> dict[str, Any]:
     """Optimize a wire program; raises WireError (a 422) if it does not type-check. Every stage
     computes in the precision the program declares (64-bit types stay 64-bit). `extra_rules` run
@@ -63,7 +64,7 @@ def optimize(program: dict[str, Any], hardware: str | dict | HardwareProfile | N
         return _optimize(program, profile, options, extra_rules)
 
 
-def _optimize(program: dict[str, Any], profile: HardwareProfile, options: OptimizeOptions,
+def _optimize(program: Program, profile: HardwareProfile, options: OptimizeOptions,
               extra_rules: Sequence[NamedRule]) -> dict[str, Any]:
     identity = canonical_request_id(program, profile, options)  # before the loops' share of the time limit is taken
     timings: dict[str, float] = {}
@@ -140,7 +141,7 @@ def _optimize(program: dict[str, Any], profile: HardwareProfile, options: Optimi
     return response
 
 
-def original_response(program: dict[str, Any], profile: HardwareProfile, options: OptimizeOptions,
+def original_response(program: Program, profile: HardwareProfile, options: OptimizeOptions,
                       note: str) -> dict[str, Any]:
     """The response returning `program` unchanged without searching (a worker killed at its
     deadline): estimates from lowering alone, which is cheap; nothing to validate."""
@@ -159,7 +160,7 @@ def original_response(program: dict[str, Any], profile: HardwareProfile, options
                      _estimates(profile, naive, baseline, original, [program, written]), identical(), report)
 
 
-def _response(identity: str, profile: HardwareProfile, program: dict[str, Any], lowered: KernelProgram,
+def _response(identity: str, profile: HardwareProfile, program: Program, lowered: KernelProgram,
               baseline: KernelProgram, estimate: dict[str, Any], validation: dict[str, Any],
               report: dict[str, Any], provenance: dict[str, str] | None = None) -> dict[str, Any]:
     """The response for `program` in `lowered`'s kernels, checked against its model; the baseline's
@@ -172,8 +173,8 @@ def _response(identity: str, profile: HardwareProfile, program: dict[str, Any], 
 
 
 def _loops(
-    tidied: dict[str, Any], profile: HardwareProfile, options: OptimizeOptions, extra_rules: Sequence[NamedRule]
-) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]], float]:
+    tidied: Program, profile: HardwareProfile, options: OptimizeOptions, extra_rules: Sequence[NamedRule]
+) -> tuple[Program, list[Program], list[dict[str, Any]], float]:
     """Loop bodies optimized through the whole pipeline, with and without the scans' per-step
     input projections hoisted into one GEMM over every step (real mode), the loops' new invariants
     (a weight concatenated in a body) moved out again; the cheaper under the baseline's policy is
@@ -196,9 +197,9 @@ def _loops(
     return best[0], [d[0] for d in done if d is not best], best[1], remaining
 
 
-def with_pallas_kernels(candidate: dict[str, Any], lowered: KernelProgram, written: dict[str, Any],
+def with_pallas_kernels(candidate: Program, lowered: KernelProgram, written: Program,
                        baseline: KernelProgram, profile: HardwareProfile, notes: list[str]
-                       ) -> tuple[dict[str, Any], KernelProgram]:
+                       ) -> tuple[Program, KernelProgram]:
     """The program with each key-blocked kernel returned as one fused Pallas kernel, and its
     kernels. Where the profile's own kernels hold one GEMM, a key-blocked kernel left as ops would
     be a kernel that does not run: the program is then priced as XLA runs it (as the baseline is,
@@ -219,9 +220,9 @@ def with_pallas_kernels(candidate: dict[str, Any], lowered: KernelProgram, writt
     return (candidate, lowered) if lowered.total.time_s < baseline.total.time_s else (written, baseline)
 
 
-def _as_xla_runs_it(candidate: dict[str, Any], lowered: KernelProgram, written: dict[str, Any],
+def _as_xla_runs_it(candidate: Program, lowered: KernelProgram, written: Program,
                     baseline: KernelProgram, profile: HardwareProfile, notes: list[str]
-                    ) -> tuple[dict[str, Any], KernelProgram, dict[str, Any]]:
+                    ) -> tuple[Program, KernelProgram, dict[str, Any]]:
     """The program to return, its kernels as XLA groups it (the fused kernels it carries as chosen),
     priced as the baseline is, and the fusion report's say: what was chosen (the baseline's program
     where the search's gains less than the profile's `min_speedup`) and the search's program's
@@ -244,8 +245,8 @@ def _loop_notes(moved: int, hoisted: int) -> list[str]:
     return notes
 
 
-def _kernels(found: Search, written: dict[str, Any], baseline: KernelProgram, profile: HardwareProfile,
-             options: OptimizeOptions, notes: list[str]) -> tuple[dict[str, Any], KernelProgram, dict[str, Any]]:
+def _kernels(found: Search, written: Program, baseline: KernelProgram, profile: HardwareProfile,
+             options: OptimizeOptions, notes: list[str]) -> tuple[Program, KernelProgram, dict[str, Any]]:
     """The program to return, its kernels and the fusion report: the search's program with its
     extracted kernels, or a policy's where cheaper (a piecewise search's kernels end at its cuts, a
     policy's need not); the baseline's program (`written`) where that is no slower or the gain is
@@ -283,7 +284,7 @@ def _gain_below_min_speedup(baseline: KernelProgram, lowered: KernelProgram, pro
 
 
 def _report(found: Search, fusion_report: dict[str, Any], timings: dict[str, float], background: dict[str, float],
-            notes: list[str], control_flow: Any, program: dict, candidate: dict) -> dict[str, Any]:
+            notes: list[str], control_flow: Any, program: Program, candidate: Program) -> dict[str, Any]:
     saturation, fusion, sizes = found.saturation, found.fusion, found.egraph
     return {
         "rewrites": {**saturation.rules_fired, **fusion.rules_fired},
@@ -303,7 +304,7 @@ def _report(found: Search, fusion_report: dict[str, Any], timings: dict[str, flo
     }
 
 
-def op_delta(original: dict[str, Any], returned: dict[str, Any]) -> dict[str, int]:
+def op_delta(original: Program, returned: Program) -> dict[str, int]:
     """How the returned program's op counts differ from the original's (a merge: fewer
     dot_general, one concatenate, more slices)."""
     delta = Counter(e["op"] for e in returned["eqns"])

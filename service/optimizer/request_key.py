@@ -22,9 +22,10 @@ from costmodel.profile import HardwareProfile
 from service import VERSION
 from service.optimizer.options import OptimizeOptions
 from wire.format import is_nested_program
+from wire.json_types import Program
 
 
-def _canonical_program(program: dict[str, Any]) -> dict[str, Any]:
+def _canonical_program(program: Program) -> Program:
     """`program` with every variable it defines replaced by its definition index (an int, so it
     cannot collide with a name left as a string because it is undefined here)."""
     names: dict[str, int] = {}
@@ -80,7 +81,7 @@ def code_fingerprint() -> str:
     return digest.hexdigest()[:16]
 
 
-def canonical_request_id(program: dict[str, Any], profile: HardwareProfile, options: OptimizeOptions) -> str:
+def canonical_request_id(program: Program, profile: HardwareProfile, options: OptimizeOptions) -> str:
     """Hash of the canonical request: program up to internal renaming, its interface names, the
     hardware profile, the options as run (every limit resolved, so leaving one unset and giving
     its default name the same request), the project version and the code fingerprint."""

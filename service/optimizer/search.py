@@ -32,6 +32,7 @@ from rewrites.schedule import FUSION_ONLY, NO_RULES, Budget, SaturationReport, s
 from service.optimizer.options import OptimizeOptions
 from service.optimizer.progress import report, stage
 from validation.background import BackgroundValidation
+from wire.json_types import Program
 
 AUTO_ILP_NODE_BUDGET = 5_000  # beyond this the ILP rarely proves anything in the time it gets
 # Kernel e-graphs are harder (exclusive GEMMs, tee requirements, weak LP bounds). Started from
@@ -73,9 +74,9 @@ class Search:
     `programs` counts the programs the kernel e-graph held (the program, its alternatives and the
     distinct algebras)."""
 
-    candidate: dict[str, Any] | None
+    candidate: Program | None
     groups: list[list[int]]
-    algebraic: dict[str, Any]
+    algebraic: Program
     saturation: SaturationReport
     fusion: SaturationReport
     algebra: Extraction
@@ -104,7 +105,7 @@ def budget(options: OptimizeOptions) -> Budget:
     return Budget(iter_limit=options.iter_limit, node_limit=options.node_limit, time_limit_s=options.time_limit_s)
 
 
-def search(program: dict[str, Any], profile: HardwareProfile, options: OptimizeOptions,
+def search(program: Program, profile: HardwareProfile, options: OptimizeOptions,
            timings: dict[str, float], validation: BackgroundValidation | None = None,
            alternatives: Sequence[dict[str, Any]] = (), extra_rules: Sequence[NamedRule] = ()) -> Search:
     """Search one (type-checked, control-flow-optimized) program; stage times add to `timings`.
@@ -116,7 +117,7 @@ def search(program: dict[str, Any], profile: HardwareProfile, options: OptimizeO
         return _search(program, profile, options, timings, validation, egraphs, alternatives, extra_rules)
 
 
-def _search(program: dict[str, Any], profile: HardwareProfile, options: OptimizeOptions, timings: dict[str, float],
+def _search(program: Program, profile: HardwareProfile, options: OptimizeOptions, timings: dict[str, float],
             validation: BackgroundValidation | None, egraphs: ExitStack, alternatives: Sequence[dict[str, Any]],
             extra_rules: Sequence[NamedRule]) -> Search:
     with stage(timings, "ingest"):
@@ -182,7 +183,7 @@ def _search(program: dict[str, Any], profile: HardwareProfile, options: Optimize
     return result
 
 
-def _attention_kernels(candidate: dict[str, Any], kernels: list[Kernel], profile: HardwareProfile,
+def _attention_kernels(candidate: Program, kernels: list[Kernel], profile: HardwareProfile,
                        options: OptimizeOptions) -> list[Kernel] | None:
     """A policy's kernels with each attention whole, to run blocked (two GEMMs in one kernel):
     where the profile's kernels may hold two, or where each such kernel is returned as one fused
@@ -216,7 +217,7 @@ def _extract(view: EGraphView, cost, options: OptimizeOptions, time_limit_s: flo
                        requires=requires)
 
 
-def _extract_stage(view: EGraphView, loaded: LoadedProgram, profile: HardwareProfile, program: dict,
+def _extract_stage(view: EGraphView, loaded: LoadedProgram, profile: HardwareProfile, program: Program,
                    options: OptimizeOptions, proxy: Proxy | None,
                    seeds: Sequence[tuple[int, Sequence[KernelSeed]]] = ()) -> tuple[Extraction, NodeCoster]:
     """Price and extract. The algebra stage (no kernel nodes yet) prices under a `proxy` for the

@@ -18,13 +18,14 @@ import copy
 import json
 from typing import Any
 
+from wire.json_types import Eqn, Program
 from wire.primitives import deterministic, live_equations, nested_programs
 
 UNITS = {"mul": (1.0, (0, 1)), "div": (1.0, (1,)), "add": (0.0, (0, 1)), "sub": (0.0, (1,))}  # op: unit, its places
 EXACT_UNITS = {op: unit for op, unit in UNITS.items() if op != "add"}  # x + 0 is -0 + 0 = +0 at x = -0
 
 
-def simplify(program: dict[str, Any], exact: bool = False) -> dict[str, Any]:
+def simplify(program: Program, exact: bool = False) -> Program:
     """A simplified copy of `program` (its inputs and the number of its outputs unchanged); `exact`:
     only bit-exact simplifications."""
     result = copy.deepcopy(program)
@@ -32,7 +33,7 @@ def simplify(program: dict[str, Any], exact: bool = False) -> dict[str, Any]:
     return result
 
 
-def _simplify_in(program: dict[str, Any], units: dict[str, tuple[float, tuple[int, ...]]]) -> None:
+def _simplify_in(program: Program, units: dict[str, tuple[float, tuple[int, ...]]]) -> None:
     avals = {s["name"]: (s["shape"], s["dtype"]) for s in [*program["inputs"], *program.get("consts", [])]}
     alias: dict[str, str] = {}
     producer: dict[str, dict[str, Any]] = {}
@@ -61,7 +62,7 @@ def _simplify_in(program: dict[str, Any], units: dict[str, tuple[float, tuple[in
     program["eqns"] = [eqns[i] for i in live_equations(eqns, program["outputs"])]
 
 
-def _identity(eqn: dict[str, Any], avals: dict, producer: dict[str, dict[str, Any]],
+def _identity(eqn: Eqn, avals: dict, producer: dict[str, dict[str, Any]],
               units: dict[str, tuple[float, tuple[int, ...]]]) -> str | None:
     """The operand `eqn` computes unchanged (same shape and type), if it does."""
     op, ins, out = eqn["op"], eqn["in"], eqn["out"][0]
@@ -86,7 +87,7 @@ def _literal(operand: Any) -> float | None:
     return float(operand["lit"]) if isinstance(operand, dict) and isinstance(operand.get("lit"), (int, float)) else None
 
 
-def _fold_transposes(eqn: dict[str, Any], producer: dict[str, dict[str, Any]]) -> None:
+def _fold_transposes(eqn: Eqn, producer: dict[str, dict[str, Any]]) -> None:
     """In place: a transpose of a transpose reads the first one's operand through both permutations;
     a dot_general reads a transposed operand directly where its dimension numbers can say so."""
     if eqn["op"] == "transpose":

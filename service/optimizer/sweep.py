@@ -13,6 +13,7 @@ from lowering.kernels import avals_of
 from service.optimizer import pipeline
 from service.optimizer.options import OptimizeOptions
 from service.optimizer.progress import report
+from wire.json_types import Program
 
 MAX_PARAMS = 2
 MAX_POINTS = 25  # each point is a whole optimization; a bigger grid belongs in a batch job
@@ -22,7 +23,7 @@ class SweepError(ProfileError):
     """A sweep request that is not a valid grid; `field` is "params" or "params.<dotted name>"."""
 
 
-def program_digest(program: dict[str, Any]) -> str:
+def program_digest(program: Program) -> str:
     """Hash of a program's equations: equal digests mean the same chosen program."""
     return hashlib.sha256(json.dumps(program["eqns"], sort_keys=True).encode()).hexdigest()[:16]
 
@@ -55,7 +56,7 @@ def sweep_grid(base: HardwareProfile, params: dict[str, list[Any]]) -> list[tupl
     return grid
 
 
-def gemm_shapes(program: dict[str, Any]) -> list[str]:
+def gemm_shapes(program: Program) -> list[str]:
     """`m x k x n` (`batch x m x k x n` when batched) of each GEMM in program order: shows a
     re-association or a merge that leaves the op counts unchanged."""
     avals = avals_of(program)
@@ -69,7 +70,7 @@ def gemm_shapes(program: dict[str, Any]) -> list[str]:
     return shapes
 
 
-def sweep(program: dict[str, Any], base: HardwareProfile, params: dict[str, list[Any]],
+def sweep(program: Program, base: HardwareProfile, params: dict[str, list[Any]],
           options: OptimizeOptions) -> dict[str, Any]:
     """Optimize `program` at every grid point of `params` (dotted profile fields -> values of
     `base`'s)."""

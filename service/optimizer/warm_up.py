@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from wire.capture import capture
+from wire.json_types import Program
 
 
 def _tiny_layer(x, wq, wk, wv, w1, w2, a, b):
@@ -19,7 +20,7 @@ def _tiny_layer(x, wq, wk, wv, w1, w2, a, b):
     return h + jax.nn.gelu(h @ w1) @ w2 + jnp.tanh(x @ a @ b @ wq)
 
 
-def warm_up_program() -> dict:
+def warm_up_program() -> Program:
     f32 = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.float32)
     square = f32(16, 16)
     return capture(_tiny_layer, f32(8, 16), square, square, square, f32(16, 32), f32(32, 16), f32(16, 4),
