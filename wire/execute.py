@@ -13,8 +13,8 @@ import numpy as np
 from jax import lax
 from pydantic import ValidationError
 
-from wire.flash_attention import composite_ops
 from wire.format import FORMAT, WireError, WireLiteral, WireProgram, decode_array, literal_value, parse_dtype
+from wire.fused_ops import composite_ops
 from wire.json_types import Program
 from wire.params import decode_params
 from wire.precision import declared_precision, in_declared_precision

@@ -13,7 +13,6 @@ Off a GPU the kernel runs in Pallas's interpret mode: correct, not fast.
 """
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import jax
@@ -124,9 +123,3 @@ class FlashAttention:
         return flash_attention(q, k, v, *extras, score_transform=score_transform, query_block=int(query_block),
                                key_block=int(key_block), zero_rows=bool(zero_rows),
                                scores_dtype=score_transform.in_avals[0].dtype, out_dtype=out_dtype or v.dtype, **groups)
-
-
-@functools.cache
-def composite_ops() -> dict[str, Any]:
-    """Ops a wire program may hold beyond JAX's primitives, by name."""
-    return {NAME: FlashAttention()}
