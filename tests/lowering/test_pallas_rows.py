@@ -1,0 +1,124 @@
+"""`lowering: "pallas"` on a profile that compiles Pallas: each fused kernel whose values are made
+row by row (a GEMM with its epilogue, a norm, a softmax) is returned as one `row_blocked` Pallas
+kernel (interpret mode on this CPU) that validates against the original, for row counts no block
+divides, one row and bf16; a kernel that mixes rows, reads positions along them or reads more
+whole than a block holds stays JAX ops with a note; where Pallas only interprets, nothing changes."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from costmodel.profile import load_profile, with_overrides
+from lowering.pallas_rows import CannotBlockRows, blocked_equation, row_axes
+from service.optimizer.pipeline import optimize
+from wire.capture import capture
+from wire.execute import jitted_program
+
+GPU = load_profile("gpu-roofline")
+
+
+def layer(x, w1, b1, w2, b2, g):
+    """An MLP block and a norm and a softmax of its output: GEMMs with epilogues, row reductions."""
+    y = jax.nn.gelu(x @ w1 + b1) @ w2 + b2
+    mean = y.mean(-1, keepdims=True)
+    var = ((y - mean) ** 2).mean(-1, keepdims=True)
+    return (y - mean) / jnp.sqrt(var + 1e-5) * g, jax.nn.softmax(y, axis=-1)
+
+
+def _program(rows: int, dtype=np.float32, hidden: int = 128):
+    rng = np.random.default_rng(rows)
+    shapes = [(rows, 32), (32, hidden), (hidden,), (hidden, 32), (32,), (32,)]
+    args = [rng.normal(size=s).astype(dtype) for s in shapes]
+    return capture(layer, *args, weight_argnums=(1, 2, 3, 4, 5)), args
+
+
+def _row_blocked(response):
+    return [e for e in response["program"]["eqns"] if e["op"] == "row_blocked"]
+
+
+@pytest.mark.parametrize("rows", [300, 37])
+def test_fused_kernels_come_back_as_row_blocked_pallas_kernels_that_validate(rows):
+    program, args = _program(rows)
+    response = optimize(program, GPU, {"lowering": "pallas"})
+    blocked = _row_blocked(response)
+    assert blocked and response["validation"]["status"] == "passed"
+    assert any("row_blocked" in note for note in response["report"]["notes"])
+    kernels = [k for k in response["kernels"] if k["ops"] == ["row_blocked"]]
+    assert len(kernels) == len(blocked)
+    for kernel in kernels:
+        assert kernel["tiling"]["block_rows"] * kernel["tiling"]["row_blocks"] >= rows
+    got, want = jitted_program(response["program"])(*args), jitted_program(program)(*args)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-5)
+
+
+def test_bfloat16_layers_come_back_blocked_and_validate():
+    program, _ = _program(64, jnp.bfloat16)
+    response = optimize(program, GPU, {"lowering": "pallas"})
+    assert _row_blocked(response) and response["validation"]["status"] == "passed"
+
+
+def test_one_row_stays_ops():
+    program, _ = _program(1)
+    response = optimize(program, GPU, {"lowering": "pallas"})
+    assert not _row_blocked(response) and response["validation"]["status"] in ("passed", "identical")
+
+
+def test_weights_too_big_for_a_block_stay_ops_with_a_note():
+    tiny = with_overrides(GPU, {"memory.block_bytes": 4096.0})  # less than w1 alone
+    program, _ = _program(300)
+    response = optimize(program, tiny, {"lowering": "pallas"})
+    assert not _row_blocked(response) and response["validation"]["status"] in ("passed", "identical")
+    assert any("does not fit" in note for note in response["report"]["notes"])
+
+
+def test_where_pallas_only_interprets_the_program_stays_ops():
+    program, _ = _program(300)
+    response = optimize(program, "cpu-host", {"lowering": "pallas"})
+    assert not _row_blocked(response)
+    assert any("only interpreted" in note for note in response["report"]["notes"])
+
+
+def _kernel(fn, *shapes):
+    program = capture(fn, *[np.ones(s, np.float32) for s in shapes])
+    avals = {s["name"]: (tuple(s["shape"]), s["dtype"]) for s in program["inputs"]}
+    for eqn in program["eqns"]:
+        avals.update({o["name"]: (tuple(o["shape"]), o["dtype"]) for o in eqn["out"]})
+    outputs = [o for e in program["eqns"] for o in e["out"] if o["name"] in program["outputs"]]
+    return program["eqns"], outputs, avals
+
+
+def test_a_sum_over_rows_is_not_made_row_by_row():
+    eqns, outputs, avals = _kernel(lambda x: x - x.sum(0, keepdims=True), (64, 8))
+    with pytest.raises(CannotBlockRows):
+        blocked_equation(eqns, outputs, avals, GPU)
+
+
+def test_positions_along_the_rows_are_not_made_row_by_row():
+    eqns, outputs, avals = _kernel(lambda x: x * jnp.arange(64, dtype=jnp.float32)[:, None], (64, 8))
+    with pytest.raises(CannotBlockRows):
+        blocked_equation(eqns, outputs, avals, GPU)
+
+
+def test_positions_across_the_rows_are_computed_in_each_block():
+    eqns, outputs, avals = _kernel(lambda x: x * jnp.arange(8, dtype=jnp.float32)[None, :], (64, 8))
+    blocked = blocked_equation(eqns, outputs, avals, with_overrides(GPU, {"memory.block_bytes": 2048.0}))
+    body = {e["op"]: e for e in blocked["params"]["body"]["program"]["eqns"]}
+    assert blocked["params"]["block_rows"] == 16 and body["iota"]["out"][0]["shape"] == [8]
+    assert body["broadcast_in_dim"]["params"]["shape"] == [1, 8] and body["mul"]["out"][0]["shape"] == [16, 8]
+
+
+def test_a_gemms_weight_is_read_whole_and_its_rows_split():
+    eqns, outputs, avals = _kernel(lambda x, w: jnp.tanh(x @ w), (64, 8), (8, 16))
+    axes = row_axes(eqns, [o["name"] for o in outputs], avals)
+    x, w = (e for e in eqns[0]["in"])
+    assert axes[x] == 0 and axes[w] is None
+
+
+def test_a_transposed_product_splits_the_rows_of_the_operand_they_come_from():
+    eqns, outputs, avals = _kernel(lambda x, w: w.T @ x.T, (8, 64), (64, 16))
+    axes = row_axes(eqns, [o["name"] for o in outputs], avals)
+    inputs = {n: a for n, a in axes.items() if n.startswith("in")}
+    assert inputs == {"in0": None, "in1": 1}  # the result's rows are w's columns; x is read whole
