@@ -122,3 +122,28 @@ def test_a_transposed_product_splits_the_rows_of_the_operand_they_come_from():
     axes = row_axes(eqns, [o["name"] for o in outputs], avals)
     inputs = {n: a for n, a in axes.items() if n.startswith("in")}
     assert inputs == {"in0": None, "in1": 1}  # the result's rows are w's columns; x is read whole
+
+
+def norm_and_gate(x, g):
+    """Elementwise work and row reductions alone, no GEMM: a fused kernel of the vector unit's."""
+    centered = x - x.mean(-1, keepdims=True)
+    return centered * jax.lax.rsqrt((centered ** 2).mean(-1, keepdims=True) + 1e-6) * jax.nn.sigmoid(x) * g
+
+
+def test_a_fusion_without_a_gemm_comes_back_blocked_and_validates():
+    rng = np.random.default_rng(3)
+    args = [rng.normal(size=(203, 96)).astype(np.float32), rng.normal(size=(96,)).astype(np.float32)]
+    program = capture(norm_and_gate, *args, weight_argnums=(1,))
+    response = optimize(program, GPU, {"lowering": "pallas"})
+    assert _row_blocked(response) and response["validation"]["status"] == "passed"
+
+
+def test_a_chain_of_gemms_is_made_row_by_row_with_both_weights_whole():
+    eqns, outputs, avals = _kernel(lambda x, w1, w2: jnp.tanh(x @ w1) @ w2, (64, 8), (8, 16), (16, 4))
+    blocked = blocked_equation(eqns, outputs, avals, with_overrides(GPU, {"memory.block_bytes": 4096.0}))
+    assert blocked["params"]["in_axes"] == [0, None, None] and blocked["params"]["block_rows"] == 16
+    args = [np.random.default_rng(4).normal(size=s).astype(np.float32) for s in [(64, 8), (8, 16), (16, 4)]]
+    program = capture(lambda x, w1, w2: jnp.tanh(x @ w1) @ w2, *args)
+    blocked_program = {**program, "eqns": [blocked]}
+    np.testing.assert_allclose(np.asarray(jitted_program(blocked_program)(*args)[0]),
+                               np.asarray(jitted_program(program)(*args)[0]), rtol=1e-5, atol=1e-5)
