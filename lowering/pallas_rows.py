@@ -1,13 +1,15 @@
 """A fused kernel of a returned program as one `row_blocked` equation (wire/row_blocked.py, a
-Pallas kernel over blocks of rows), where every value it computes is made row by row: a GEMM's
-rows with its epilogue, elementwise work, a row's reduction, views that keep the rows apart.
+Pallas kernel over blocks of rows), where every value it computes is made one row at a time along
+some axis: a GEMM's rows with its epilogue, elementwise work, a row's reduction, views that keep
+the rows apart. "Rows" are the slices along the first axis of the kernel's results for which that
+holds (a kernel that sums over its rows is blocked along its columns).
 
-Rows are found from the kernel's results back (each result's leading axis), through each
-equation's dimension map; an operand that no row of a result depends on (a weight, a bias) is
-read whole. The block holds as many rows as fit the profile's on-chip block memory
-(`memory.block_bytes`, else `sram_bytes`) beside what is read whole, a power of two. A kernel with
-anything else (a sum over rows, positions from an iota along rows, a slice of rows) stays JAX ops,
-and a note says why.
+Rows are found from the kernel's results back, through each equation's dimension map; an operand
+that no row of a result depends on (a weight, a bias) is read whole. The block holds as many rows
+as fit the profile's on-chip block memory (`memory.block_bytes`, else `sram_bytes`) beside what is
+read whole, a power of two. A kernel that mixes along every axis (a sum over everything, positions
+from an iota along each, a slice), or whose whole operands leave no room for a block, stays JAX
+ops, and a note says why.
 """
 from __future__ import annotations
 
@@ -74,8 +76,11 @@ def operand_axes(eqn: Eqn, axis: Axis, shape_of) -> list[Axis]:
     if op == "squeeze":
         kept = [d for d in range(len(shapes[0])) if d not in params["dimensions"]]
         return [kept[axis]]
-    if op == "reshape" and axis == 0 and shapes[0] and shapes[0][0] == out_shape[0]:
-        return [0]
+    if op == "reshape":  # an axis kept whole, with as many elements before it: its rows map one to one
+        before = math.prod(out_shape[:axis])
+        kept = [d for d, size in enumerate(shapes[0])
+                if size == out_shape[axis] and math.prod(shapes[0][:d]) == before]
+        return kept[:1] if kept else _refuse(op)
     if op == "dot_general":
         return _dot_operand_axes(eqn, axis, (len(shapes[0]), len(shapes[1])))
     return _refuse(op)
@@ -85,9 +90,9 @@ def _refuse(op: str) -> list[Axis]:
     raise CannotBlockRows(f"{op} mixes rows")
 
 
-def row_axes(eqns: list[Eqn], outputs: list[str], avals) -> dict[str, Axis]:
-    """Each value the kernel reads or makes, with its row axis (every result's rows on axis 0)."""
-    axes: dict[str, Axis] = dict.fromkeys(outputs, 0)
+def row_axes(eqns: list[Eqn], outputs: dict[str, int], avals) -> dict[str, Axis]:
+    """Each value the kernel reads or makes, with its row axis, from the results' (`outputs`)."""
+    axes: dict[str, Axis] = dict(outputs)
     shape_of = lambda a: avals[a][0] if isinstance(a, str) else ()  # noqa: E731
     for eqn in reversed(eqns):
         outs = [o["name"] for o in eqn["out"]]
@@ -143,22 +148,31 @@ def _block_eqn(eqn: Eqn, axes: dict[str, Axis], rows: int) -> Eqn:
 
 
 def blocked_equation(eqns: list[Eqn], outputs: list[Tensor], avals, profile: HardwareProfile) -> Eqn:
-    """One `row_blocked` equation computing `outputs` from what `eqns` read; raises CannotBlockRows."""
-    rows = {tuple(o["shape"])[0] if o["shape"] else 0 for o in outputs}
-    if len(rows) != 1 or rows.pop() < 2:
-        raise CannotBlockRows("its results do not share a row count over one")
-    axes = row_axes(eqns, [o["name"] for o in outputs], avals)
+    """One `row_blocked` equation computing `outputs` from what `eqns` read, its rows the first
+    axis of the results (alike in all of them, over one row) whose rows are made one by one;
+    raises CannotBlockRows."""
+    ranks = {len(o["shape"]) for o in outputs}
+    candidates = [d for d in range(min(ranks)) if len({o["shape"][d] for o in outputs}) == 1
+                  and outputs[0]["shape"][d] > 1] if len(ranks) == 1 else []
+    if not candidates:
+        raise CannotBlockRows("its results share no axis of more than one row")
     made = {o["name"] for e in eqns for o in e["out"]}
     reads = list(dict.fromkeys(a for e in eqns for a in e["in"] if isinstance(a, str) and a not in made))
-    count = outputs[0]["shape"][0]
-    bm = block_rows(count, axes, reads, [o["name"] for o in outputs], avals, profile)
+    for tried, axis in enumerate(candidates):
+        try:
+            axes = row_axes(eqns, {o["name"]: axis for o in outputs}, avals)
+            bm = block_rows(outputs[0]["shape"][axis], axes, reads, [o["name"] for o in outputs], avals, profile)
+            break
+        except CannotBlockRows:
+            if tried == len(candidates) - 1:
+                raise
     body = {"format": "optu.jaxpr/v1", "consts": [],
             "inputs": [_with_rows({"name": n, "shape": list(avals[n][0]), "dtype": avals[n][1]}, axes[n], bm)
                        for n in reads],
             "eqns": [_block_eqn(e, axes, bm) for e in eqns], "outputs": [o["name"] for o in outputs]}
     return {"op": "row_blocked", "in": reads, "out": [dict(o) for o in outputs],
             "params": {"body": {"program": body}, "block_rows": bm, "in_axes": [axes[n] for n in reads],
-                       "out_axes": [0] * len(outputs)}}
+                       "out_axes": [axis] * len(outputs)}}
 
 
 def realize_rows(program: Program, kernels: list[Kernel], profile: HardwareProfile
@@ -197,7 +211,8 @@ def realize_rows(program: Program, kernels: list[Kernel], profile: HardwareProfi
     for kernel in kernels:
         if kernel.id in owned:
             row_eqn = replaced[owned[kernel.id][-1]]
-            rows, bm = row_eqn["out"][0]["shape"][0], row_eqn["params"]["block_rows"]
+            params = row_eqn["params"]
+            rows, bm = row_eqn["out"][0]["shape"][params["out_axes"][0]], params["block_rows"]
             blocks = -(-rows // bm)
             whole = sum(math.prod(avals[n][0]) * parse_dtype(avals[n][1]).itemsize
                         for n, a in zip(row_eqn["in"], row_eqn["params"]["in_axes"]) if a is None)

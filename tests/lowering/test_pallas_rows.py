@@ -60,10 +60,15 @@ def test_bfloat16_layers_come_back_blocked_and_validate():
     assert _row_blocked(response) and response["validation"]["status"] == "passed"
 
 
-def test_one_row_stays_ops():
-    program, _ = _program(1)
+def test_one_row_is_blocked_along_its_columns_and_validates():
+    program, args = _program(1)
     response = optimize(program, GPU, {"lowering": "pallas"})
-    assert not _row_blocked(response) and response["validation"]["status"] in ("passed", "identical")
+    blocked = _row_blocked(response)
+    assert blocked and all(e["params"]["out_axes"] == [1] * len(e["out"]) for e in blocked)
+    assert response["validation"]["status"] == "passed"
+    got, want = jitted_program(response["program"])(*args), jitted_program(program)(*args)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-5)
 
 
 def test_weights_too_big_for_a_block_stay_ops_with_a_note():
@@ -90,15 +95,22 @@ def _kernel(fn, *shapes):
     return program["eqns"], outputs, avals
 
 
-def test_a_sum_over_rows_is_not_made_row_by_row():
+def test_a_sum_over_rows_is_blocked_along_the_columns():
     eqns, outputs, avals = _kernel(lambda x: x - x.sum(0, keepdims=True), (64, 8))
+    assert blocked_equation(eqns, outputs, avals, GPU)["params"]["out_axes"] == [1]
+
+
+def test_a_sum_over_everything_is_not_blocked():
+    eqns, outputs, avals = _kernel(lambda x: x - x.sum(), (64, 8))
     with pytest.raises(CannotBlockRows):
         blocked_equation(eqns, outputs, avals, GPU)
 
 
-def test_positions_along_the_rows_are_not_made_row_by_row():
-    eqns, outputs, avals = _kernel(lambda x: x * jnp.arange(64, dtype=jnp.float32)[:, None], (64, 8))
-    with pytest.raises(CannotBlockRows):
+def test_positions_along_both_axes_are_not_blocked():
+    eqns, outputs, avals = _kernel(
+        lambda x: x * (jnp.arange(64, dtype=jnp.float32)[:, None] + jnp.arange(8, dtype=jnp.float32)[None, :]),
+        (64, 8))
+    with pytest.raises(CannotBlockRows, match="iota"):
         blocked_equation(eqns, outputs, avals, GPU)
 
 
@@ -112,14 +124,14 @@ def test_positions_across_the_rows_are_computed_in_each_block():
 
 def test_a_gemms_weight_is_read_whole_and_its_rows_split():
     eqns, outputs, avals = _kernel(lambda x, w: jnp.tanh(x @ w), (64, 8), (8, 16))
-    axes = row_axes(eqns, [o["name"] for o in outputs], avals)
+    axes = row_axes(eqns, {o["name"]: 0 for o in outputs}, avals)
     x, w = (e for e in eqns[0]["in"])
     assert axes[x] == 0 and axes[w] is None
 
 
 def test_a_transposed_product_splits_the_rows_of_the_operand_they_come_from():
     eqns, outputs, avals = _kernel(lambda x, w: w.T @ x.T, (8, 64), (64, 16))
-    axes = row_axes(eqns, [o["name"] for o in outputs], avals)
+    axes = row_axes(eqns, {o["name"]: 0 for o in outputs}, avals)
     inputs = {n: a for n, a in axes.items() if n.startswith("in")}
     assert inputs == {"in0": None, "in1": 1}  # the result's rows are w's columns; x is read whole
 
