@@ -13,7 +13,7 @@ from costmodel.profile import HardwareProfile
 from lowering.kernels import FusionPolicy, Kernel, KernelProgram, build_kernel_program
 from wire.json_types import Program
 
-CARRIED_OPS = frozenset({"flash_attention", "row_blocked"})  # ops that are one fused kernel of the program's own
+CARRIED_OPS = frozenset({"flash_attention", "tiled"})  # ops that are one fused kernel of the program's own
 
 
 def compiled_by_xla(profile: HardwareProfile) -> bool:

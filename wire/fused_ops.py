@@ -6,10 +6,10 @@ import functools
 from typing import Any
 
 from wire.flash_attention import FlashAttention
-from wire.row_blocked import RowBlocked
+from wire.tiled import Tiled
 
 
 @functools.cache
 def composite_ops() -> dict[str, Any]:
     """The fused ops by name."""
-    return {op.name: op for op in (FlashAttention(), RowBlocked())}
+    return {op.name: op for op in (FlashAttention(), Tiled())}

@@ -37,8 +37,8 @@ class OptimizeOptions(BaseModel):
     lowering: Literal["xla", "pallas"] = Field(
         "xla", description="xla: the program as standard JAX ops, fused by XLA its own way; pallas: each "
                            "key-blocked attention kernel as one fused Pallas kernel and, where the profile "
-                           "compiles Pallas, each other fused kernel made row by row as one Pallas kernel over "
-                           "blocks of rows (interpret mode off a GPU: correct, not fast)")
+                           "compiles Pallas, each other fused kernel made apart along its rows (and columns) as one "
+                           "Pallas kernel over tiles (interpret mode off a GPU: correct, not fast)")
     rules: bool = Field(True, description="false: round-trip through the e-graph with no rewrites")
     exclude_rules: list[str] = Field(default_factory=list, description="names of algebraic rules that do not run "
                                                                        "(as `report.rewrites` names them)",

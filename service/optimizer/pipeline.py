@@ -20,7 +20,7 @@ from lowering.baseline import baseline_kernels
 from lowering.kernels import NAIVE, POLICIES, KernelProgram, build_kernel_program
 from lowering.lower_bound import lower_bound
 from lowering.pallas_attention import realize_attention
-from lowering.pallas_rows import realize_rows
+from lowering.pallas_tiles import realize_tiles
 from rewrites.registry import NamedRule
 from service.optimizer.caller_heap import CALLER_HEAP
 from service.optimizer.control_flow import nested_program_count, optimize_nested
@@ -202,14 +202,14 @@ def with_pallas_kernels(candidate: Program, lowered: KernelProgram, written: Pro
                        baseline: KernelProgram, profile: HardwareProfile, notes: list[str]
                        ) -> tuple[Program, KernelProgram]:
     """The program with each key-blocked kernel returned as one fused Pallas kernel, and where the
-    profile compiles Pallas, each other fused kernel whose values are made row by row; and its
+    profile compiles Pallas, each other fused kernel whose values are made apart along an axis (tiled); and its
     kernels. Where the profile's own kernels hold one GEMM, a key-blocked kernel left as ops would
     be a kernel that does not run: the program is then priced as XLA runs it (as the baseline is,
     or the baseline's program where that is no slower)."""
     realized, kernels, realized_notes = realize_attention(candidate, lowered.kernels)
     if profile.kernel.pallas_compiled:
-        realized, kernels, row_notes = realize_rows(realized, kernels, profile)
-        realized_notes += row_notes
+        realized, kernels, tile_notes = realize_tiles(realized, kernels, profile)
+        realized_notes += tile_notes
     else:
         realized_notes.append(f"{profile.name} runs Pallas kernels only interpreted (kernel.pallas_compiled): its "
                               "fused kernels other than attention stay JAX ops")

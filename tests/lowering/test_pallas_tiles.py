@@ -1,8 +1,9 @@
 """`lowering: "pallas"` on a profile that compiles Pallas: each fused kernel whose values are made
-row by row (a GEMM with its epilogue, a norm, a softmax) is returned as one `row_blocked` Pallas
-kernel (interpret mode on this CPU) that validates against the original, for row counts no block
-divides, one row and bf16; a kernel that mixes rows, reads positions along them or reads more
-whole than a block holds stays JAX ops with a note; where Pallas only interprets, nothing changes."""
+apart along its results' rows, or rows and columns (a GEMM with its epilogue, a norm, a softmax),
+is returned as one `tiled` Pallas kernel (interpret mode on this CPU) that validates against the
+original, for sizes no tile divides, one row and bf16; a kernel that mixes along every axis or
+whose operands leave no room for a tile stays JAX ops with a note; where Pallas only interprets,
+nothing changes."""
 from __future__ import annotations
 
 import jax
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 from costmodel.profile import load_profile, with_overrides
-from lowering.pallas_rows import CannotBlockRows, blocked_equation, row_axes
+from lowering.pallas_tiles import CannotTile, row_axes, tiled_equation
 from service.optimizer.pipeline import optimize
 from wire.capture import capture
 from wire.execute import jitted_program
@@ -34,21 +35,23 @@ def _program(rows: int, dtype=np.float32, hidden: int = 128):
     return capture(layer, *args, weight_argnums=(1, 2, 3, 4, 5)), args
 
 
-def _row_blocked(response):
-    return [e for e in response["program"]["eqns"] if e["op"] == "row_blocked"]
+def _tiled(response):
+    return [e for e in response["program"]["eqns"] if e["op"] == "tiled"]
 
 
 @pytest.mark.parametrize("rows", [300, 37])
-def test_fused_kernels_come_back_as_row_blocked_pallas_kernels_that_validate(rows):
+def test_fused_kernels_come_back_as_tiled_pallas_kernels_that_validate(rows):
     program, args = _program(rows)
     response = optimize(program, GPU, {"lowering": "pallas"})
-    blocked = _row_blocked(response)
-    assert blocked and response["validation"]["status"] == "passed"
-    assert any("row_blocked" in note for note in response["report"]["notes"])
-    kernels = [k for k in response["kernels"] if k["ops"] == ["row_blocked"]]
-    assert len(kernels) == len(blocked)
+    tiled = _tiled(response)
+    assert tiled and response["validation"]["status"] == "passed"
+    assert any("(tiled)" in note for note in response["report"]["notes"])
+    kernels = [k for k in response["kernels"] if k["ops"] == ["tiled"]]
+    assert len(kernels) == len(tiled)
+    grids = sorted(len(e["params"]["tile"]) for e in tiled)
+    assert grids == [1, 2]  # the GEMM with its gelu: rows and columns; the one with the norm: rows
     for kernel in kernels:
-        assert kernel["tiling"]["block_rows"] * kernel["tiling"]["row_blocks"] >= rows
+        assert kernel["tiling"]["tile_rows"] * kernel["tiling"]["tiles"] >= rows
     got, want = jitted_program(response["program"])(*args), jitted_program(program)(*args)
     for g, w in zip(got, want):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-5)
@@ -57,14 +60,14 @@ def test_fused_kernels_come_back_as_row_blocked_pallas_kernels_that_validate(row
 def test_bfloat16_layers_come_back_blocked_and_validate():
     program, _ = _program(64, jnp.bfloat16)
     response = optimize(program, GPU, {"lowering": "pallas"})
-    assert _row_blocked(response) and response["validation"]["status"] == "passed"
+    assert _tiled(response) and response["validation"]["status"] == "passed"
 
 
-def test_one_row_is_blocked_along_its_columns_and_validates():
+def test_one_row_is_tiled_along_its_columns_and_validates():
     program, args = _program(1)
     response = optimize(program, GPU, {"lowering": "pallas"})
-    blocked = _row_blocked(response)
-    assert blocked and all(e["params"]["out_axes"] == [1] * len(e["out"]) for e in blocked)
+    tiled = _tiled(response)
+    assert tiled and all(e["params"]["out_axes"] == [[1]] * len(e["out"]) for e in tiled)
     assert response["validation"]["status"] == "passed"
     got, want = jitted_program(response["program"])(*args), jitted_program(program)(*args)
     for g, w in zip(got, want):
@@ -75,14 +78,14 @@ def test_weights_too_big_for_a_block_stay_ops_with_a_note():
     tiny = with_overrides(GPU, {"memory.block_bytes": 4096.0})  # less than w1 alone
     program, _ = _program(300)
     response = optimize(program, tiny, {"lowering": "pallas"})
-    assert not _row_blocked(response) and response["validation"]["status"] in ("passed", "identical")
+    assert not _tiled(response) and response["validation"]["status"] in ("passed", "identical")
     assert any("does not fit" in note for note in response["report"]["notes"])
 
 
 def test_where_pallas_only_interprets_the_program_stays_ops():
     program, _ = _program(300)
     response = optimize(program, "cpu-host", {"lowering": "pallas"})
-    assert not _row_blocked(response)
+    assert not _tiled(response)
     assert any("only interpreted" in note for note in response["report"]["notes"])
 
 
@@ -97,28 +100,28 @@ def _kernel(fn, *shapes):
 
 def test_a_sum_over_rows_is_blocked_along_the_columns():
     eqns, outputs, avals = _kernel(lambda x: x - x.sum(0, keepdims=True), (64, 8))
-    assert blocked_equation(eqns, outputs, avals, GPU)["params"]["out_axes"] == [1]
+    assert tiled_equation(eqns, outputs, avals, GPU)["params"]["out_axes"] == [[1]]
 
 
 def test_a_sum_over_everything_is_not_blocked():
     eqns, outputs, avals = _kernel(lambda x: x - x.sum(), (64, 8))
-    with pytest.raises(CannotBlockRows):
-        blocked_equation(eqns, outputs, avals, GPU)
+    with pytest.raises(CannotTile):
+        tiled_equation(eqns, outputs, avals, GPU)
 
 
 def test_positions_along_both_axes_are_not_blocked():
     eqns, outputs, avals = _kernel(
         lambda x: x * (jnp.arange(64, dtype=jnp.float32)[:, None] + jnp.arange(8, dtype=jnp.float32)[None, :]),
         (64, 8))
-    with pytest.raises(CannotBlockRows, match="iota"):
-        blocked_equation(eqns, outputs, avals, GPU)
+    with pytest.raises(CannotTile, match="iota"):
+        tiled_equation(eqns, outputs, avals, GPU)
 
 
 def test_positions_across_the_rows_are_computed_in_each_block():
     eqns, outputs, avals = _kernel(lambda x: x * jnp.arange(8, dtype=jnp.float32)[None, :], (64, 8))
-    blocked = blocked_equation(eqns, outputs, avals, with_overrides(GPU, {"memory.block_bytes": 2048.0}))
+    blocked = tiled_equation(eqns, outputs, avals, with_overrides(GPU, {"memory.block_bytes": 2048.0}))
     body = {e["op"]: e for e in blocked["params"]["body"]["program"]["eqns"]}
-    assert blocked["params"]["block_rows"] == 16 and body["iota"]["out"][0]["shape"] == [8]
+    assert blocked["params"]["tile"] == [16] and body["iota"]["out"][0]["shape"] == [8]
     assert body["broadcast_in_dim"]["params"]["shape"] == [1, 8] and body["mul"]["out"][0]["shape"] == [16, 8]
 
 
@@ -147,13 +150,14 @@ def test_a_fusion_without_a_gemm_comes_back_blocked_and_validates():
     args = [rng.normal(size=(203, 96)).astype(np.float32), rng.normal(size=(96,)).astype(np.float32)]
     program = capture(norm_and_gate, *args, weight_argnums=(1,))
     response = optimize(program, GPU, {"lowering": "pallas"})
-    assert _row_blocked(response) and response["validation"]["status"] == "passed"
+    assert _tiled(response) and response["validation"]["status"] == "passed"
 
 
-def test_a_chain_of_gemms_is_made_row_by_row_with_both_weights_whole():
+def test_a_chain_of_gemms_is_tiled_by_rows_of_x_and_columns_of_the_last_weight():
     eqns, outputs, avals = _kernel(lambda x, w1, w2: jnp.tanh(x @ w1) @ w2, (64, 8), (8, 16), (16, 4))
-    blocked = blocked_equation(eqns, outputs, avals, with_overrides(GPU, {"memory.block_bytes": 4096.0}))
-    assert blocked["params"]["in_axes"] == [0, None, None] and blocked["params"]["block_rows"] == 16
+    blocked = tiled_equation(eqns, outputs, avals, with_overrides(GPU, {"memory.block_bytes": 4096.0}))
+    assert blocked["params"]["in_axes"] == [[0, None], [None, None], [None, 1]]  # rows of x, columns of w2
+    assert blocked["params"]["tile"] == [16, 4]
     args = [np.random.default_rng(4).normal(size=s).astype(np.float32) for s in [(64, 8), (8, 16), (16, 4)]]
     program = capture(lambda x, w1, w2: jnp.tanh(x @ w1) @ w2, *args)
     blocked_program = {**program, "eqns": [blocked]}
