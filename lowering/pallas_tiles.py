@@ -28,11 +28,11 @@ from wire.format import parse_dtype
 from wire.json_types import Eqn, Program, Tensor
 from wire.primitives import PRIMITIVES, deterministic
 
-Axis = int | None  # the axis holding a value's rows; None: the same for every row (read whole)
+Axis = int | None  # the axis holding a value's slices ("rows") along one grid axis; None: read whole
 
 
 class CannotTile(Exception):
-    """Why a kernel's values are not made row by row."""
+    """Why a kernel's values are not made apart along an axis, or do not fit a tile."""
 
 
 def _dot_operand_axes(eqn: Eqn, axis: int, ranks: tuple[int, int]) -> list[Axis]:
@@ -64,7 +64,7 @@ def operand_axes(eqn: Eqn, axis: Axis, shape_of) -> list[Axis]:
         if any(len(s) not in (0, len(out_shape)) for s in shapes):
             return _refuse(op)
         # a scalar, or an operand of one row broadcast over them all (a bias), is read whole
-        return [axis if s and (s[axis] == out_shape[axis] or out_shape[axis] == 1) else None for s in shapes]
+        return [axis if s and s[axis] == out_shape[axis] else None for s in shapes]
     if role == "reduction" and "axes" in params:
         kept = [d for d in range(len(shapes[0])) if d not in params["axes"]]
         return [kept[axis]] + [None] * (len(ins) - 1)
