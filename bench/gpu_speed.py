@@ -3,17 +3,21 @@
 Every bench model (bench/models/registry.py) is optimized for `gpu-roofline`; the program as
 written and the returned one are each timed under `jax.jit` on the GPU, and the measured speedup
 (original / returned) is set beside the estimated one (baseline / optimized), with the rank
-correlation over the models. Three steps, since a GPU machine has JAX but neither this project nor
-its pins:
+correlation over the models; and the program returned with `lowering: "pallas"` (its fused kernels
+as Pallas kernels, which lower through Triton there), timed beside them. Three steps, since a GPU
+machine has JAX but neither this project nor its pins:
 
   python -m bench.gpu_speed prepare [--out DIR]       # here: optimize, export with jax.export
   python -m bench.gpu_speed time DIR [--out FILE]     # there: JAX and NumPy alone, under 5 minutes
   python -m bench.gpu_speed report FILE               # here: the table in docs/benchmarks.md
 
 `prepare` exports each program for both CPU and CUDA (jax.export, serialized), so `time` can be
-tried on a CPU first (`--cpu`). Weight-only work runs once ahead of the timed calls, for both
-programs, as gpu-roofline prices it (`kernel.precompute_weights`) and the client runs it. `time`
-runs the pairs in interleaved rounds (20 rounds, each a median of back-to-back calls).
+tried on a CPU first (`--cpu`). The Pallas program is written as wire programs instead (an export
+made here would hold its kernels' interpret-mode form): `time` builds it with this repository's
+`wire/` (and pydantic) where they import, and skips it, saying so, where they do not.
+Weight-only work runs once ahead of the timed calls, for every program, as gpu-roofline prices it
+(`kernel.precompute_weights`) and the client runs it. `time` runs the programs in interleaved rounds
+(20 rounds, each a median of back-to-back calls).
 """
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "gpu_speed.json"
 EXPORTS = Path(__file__).resolve().parent / "results" / "gpu_speed_programs"
 ROUNDS = 20
 SLOWER = 0.98  # a returned program measured below this ratio is slower than the original
+FUSED = ("tiled", "flash_attention")  # the fused kernels a Pallas program carries
 
 
 def prepare(models: list[str], out: Path = EXPORTS) -> list[dict[str, Any]]:
@@ -53,6 +58,10 @@ def prepare(models: list[str], out: Path = EXPORTS) -> list[dict[str, Any]]:
                               "speedup": estimate["speedup_vs_baseline"], "dispatch_s": estimate["dispatch_s"]}}
         for role, version in (("original", program), ("returned", response["program"])):
             case[role] = _export(version, out, f"{name}.{role}")
+        pallas = optimize(program, "gpu-roofline", {"validate": False, "lowering": "pallas"})
+        case["estimated"]["pallas_speedup"] = pallas["estimate"]["speedup_vs_baseline"]
+        case["pallas"] = _wire_parts(pallas["program"], out, f"{name}.pallas")
+        case["pallas_kernels"] = sum(e["op"] in FUSED for e in pallas["program"]["eqns"])
         cases.append(case)
         print(f"{name}: estimated {case['estimated']['speedup']:.3f}x", flush=True)
     (out / "manifest.json").write_text(json.dumps({"cases": cases}, indent=1))
@@ -79,6 +88,20 @@ def _export(program: dict[str, Any], out: Path, stem: str) -> dict[str, Any]:
     return parts
 
 
+def _wire_parts(program: dict[str, Any], out: Path, stem: str) -> dict[str, Any]:
+    """The program's weight-only part (None without one) and per-call part as wire programs (JSON)."""
+    from lowering.precompute import split_weight_work
+
+    has_weights = any(s.get("role") == "weight" for s in program["inputs"])
+    ahead, per_call = split_weight_work(program) if has_weights else (None, program)
+    parts: dict[str, Any] = {"inputs": [{"shape": s["shape"], "dtype": s["dtype"]} for s in program["inputs"]]}
+    for part, body in (("ahead", ahead if ahead and ahead["outputs"] else None), ("per_call", per_call)):
+        parts[part] = None if body is None else f"{stem}.{part}.json"
+        if body is not None:
+            (out / parts[part]).write_text(json.dumps(body))
+    return parts
+
+
 def _inputs(specs: list[dict[str, Any]], seed: int) -> list[Any]:
     """Values for a program's inputs: floats drawn from N(0, 0.5), integers and flags zero (an
     index in range, whatever it indexes)."""
@@ -95,11 +118,21 @@ def _inputs(specs: list[dict[str, Any]], seed: int) -> list[Any]:
 
 def _runner(parts: dict[str, Any], exports: Path, inputs: list[Any]):
     """The per-call part as a function of no arguments, its weight-only part run once now."""
-    load = lambda name: jax.export.deserialize(bytearray((exports / name).read_bytes()))  # noqa: E731
-    ahead = list(load(parts["ahead"]).call(*inputs)) if parts["ahead"] else []
-    per_call = load(parts["per_call"])
+    load = _load_wire if parts["per_call"].endswith(".json") else _load_export
+    ahead = list(load(exports / parts["ahead"])(*inputs)) if parts["ahead"] else []
+    per_call = load(exports / parts["per_call"])
     args = [*inputs, *ahead]
-    return lambda: per_call.call(*args)
+    return lambda: per_call(*args)
+
+
+def _load_export(path: Path):
+    return jax.export.deserialize(bytearray(path.read_bytes())).call
+
+
+def _load_wire(path: Path):
+    from wire.execute import jitted_program  # this repository's wire/ and pydantic
+
+    return jitted_program(json.loads(path.read_text()))
 
 
 def time_programs(exports: Path, out: Path | None = RESULTS, budget_s: float = 4.0, rounds: int = ROUNDS,
@@ -112,10 +145,16 @@ def time_programs(exports: Path, out: Path | None = RESULTS, budget_s: float = 4
     for case in json.loads((exports / "manifest.json").read_text())["cases"]:
         inputs = _inputs(case["original"]["inputs"], seed=0)
         fns = {role: _runner(case[role], exports, inputs) for role in ("original", "returned")}
+        try:
+            fns["pallas"] = _runner(case["pallas"], exports, inputs)
+        except ImportError as missing:
+            print(f"{case['model']}: the Pallas program is not timed: {missing}", flush=True)
         times = interleaved_rounds(fns, (), budget_s, runs=rounds, min_reps=3)["times"]
         row = {"model": case["model"], "unchanged": case["unchanged"], "estimated": case["estimated"],
-               "original_s": times["original"]["median_s"], "returned_s": times["returned"]["median_s"]}
+               "original_s": times["original"]["median_s"], "returned_s": times["returned"]["median_s"],
+               "pallas_kernels": case["pallas_kernels"], "pallas_s": times.get("pallas", {}).get("median_s")}
         row["measured_speedup"] = row["original_s"] / row["returned_s"]
+        row["pallas_speedup"] = row["original_s"] / row["pallas_s"] if row["pallas_s"] else None
         rows.append(row)
         print(f"{row['model']}: original {row['original_s'] * 1e6:.1f} us, returned {row['returned_s'] * 1e6:.1f} us, "
               f"measured {row['measured_speedup']:.3f}x, estimated {case['estimated']['speedup']:.3f}x", flush=True)
@@ -134,7 +173,8 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     estimated, measured = [r["estimated"]["speedup"] for r in rows], [r["measured_speedup"] for r in rows]
     return {"models": len(rows), **rank_agreement(estimated, measured, [not r["unchanged"] for r in rows]),
             "estimated_geomean": geomean(estimated), "measured_geomean": geomean(measured),
-            "slower": [r["model"] for r in rows if r["measured_speedup"] < SLOWER]}
+            "slower": [r["model"] for r in rows if r["measured_speedup"] < SLOWER],
+            "pallas_slower": [r["model"] for r in rows if r["pallas_speedup"] and r["pallas_speedup"] < SLOWER]}
 
 
 def table(result: dict[str, Any]) -> str:
@@ -147,16 +187,20 @@ def table(result: dict[str, Any]) -> str:
         f"Rank correlation of estimated and measured speedups: **{s['spearman']:.2f}** over {s['models']} "
         f"models, **{s['spearman_changed']:.2f}** over the {s['changed']} whose program changed; geometric mean "
         f"estimated {s['estimated_geomean']:.3f}x, measured {s['measured_geomean']:.3f}x; measured slower than "
-        f"the original (below {SLOWER}x): {', '.join(s['slower']) or 'none'}.",
+        f"the original (below {SLOWER}x): {', '.join(s['slower']) or 'none'}; with `lowering: \"pallas\"`: "
+        f"{', '.join(s.get('pallas_slower', [])) or 'none'}.",
         "",
-        "| model | original | returned | measured | estimated | estimated baseline | estimated optimized |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| model | original | returned | measured | estimated | estimated baseline | estimated optimized "
+        "| Pallas kernels | pallas measured | pallas estimated |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in result["rows"]:
         e = r["estimated"]
+        pallas = f"{r['pallas_speedup']:.3f}x" if r.get("pallas_speedup") else "not timed"
         lines.append(f"| {r['model']}{' (unchanged)' if r['unchanged'] else ''} | {r['original_s'] * 1e6:.1f} us | "
                      f"{r['returned_s'] * 1e6:.1f} us | **{r['measured_speedup']:.3f}x** | {e['speedup']:.3f}x | "
-                     f"{e['baseline_s'] * 1e6:.1f} us | {e['optimized_s'] * 1e6:.1f} us |")
+                     f"{e['baseline_s'] * 1e6:.1f} us | {e['optimized_s'] * 1e6:.1f} us | {r.get('pallas_kernels', 0)} "
+                     f"| {pallas} | {e.get('pallas_speedup', 1.0):.3f}x |")
     return "\n".join(lines)
 
 

@@ -61,6 +61,7 @@ def test_timing_on_this_cpu_gives_a_row_per_model_and_the_rank_correlation(expor
     for row in result["rows"]:
         assert row["original_s"] > 0 and row["returned_s"] > 0
         assert row["measured_speedup"] == row["original_s"] / row["returned_s"]
+        assert row["pallas_speedup"] == row["original_s"] / row["pallas_s"]
     assert result["summary"]["models"] == 2 and math.isnan(result["summary"]["spearman"])  # two models: no rank
     assert "| mlp2" in gpu_speed.table(result)
 
@@ -85,3 +86,19 @@ def test_spearman_is_the_correlation_of_ranks(xs, ys, expected):
 def test_spearman_is_undefined_below_three_pairs_or_on_a_constant_side():
     assert math.isnan(spearman([1, 2], [2, 1]))
     assert math.isnan(spearman([1, 1, 1], [1, 2, 3]))
+
+
+def test_the_pallas_program_is_written_as_wire_programs_that_compute_the_returned_one(exports):
+    """Its kernels' Pallas form, run here in interpret mode: the returned program's outputs (the
+    same algebra, so float32 agrees to rounding at the outputs' scale)."""
+    for case in json.loads((exports / "manifest.json").read_text())["cases"]:
+        assert case["pallas"]["per_call"].endswith(".json") and case["pallas_kernels"] >= 0
+        program, _ = capture_model(case["model"])
+        returned = optimize(program, "gpu-roofline", {"validate": False})["program"]
+        inputs = gpu_speed._inputs(case["original"]["inputs"], seed=4)
+        got = gpu_speed._runner(case["pallas"], exports, inputs)()
+        for g, want in zip(got, program_to_callable(returned)(*inputs)):
+            scale = float(np.max(np.abs(np.asarray(want))))
+            np.testing.assert_allclose(np.asarray(g), np.asarray(want), rtol=1e-5, atol=1e-5 * scale)
+    assert any(c["pallas_kernels"] for c in json.loads((exports / "manifest.json").read_text())["cases"]), \
+        "the check means little when no model carries a Pallas kernel"
