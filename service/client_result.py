@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, TextIO
 
 from lowering.precompute import PrecomputedProgram
+from validation.verdict import Verdict
 from wire.json_types import Program
 
 
@@ -44,7 +45,7 @@ class OptimizeResult:
         return self.response["estimate"]
 
     @property
-    def validation(self) -> dict[str, Any]:
+    def validation(self) -> Verdict:
         return self.response["validation"]
 
     @property

@@ -12,7 +12,8 @@ import numpy as np
 from lowering.kernels import output_avals
 from lowering.precompute import PrecomputedProgram
 from validation.inputs import TRIALS, Draw, nudged, nudges
-from validation.judge import Runs, Verdict, judge
+from validation.judge import Runs, Tally, judge
+from validation.verdict import Verdict
 from validation.widen import Widened, widen
 from wire.execute import jitted_program
 from wire.json_types import Program
@@ -157,7 +158,7 @@ def _to_jax(tensor: Any) -> Any:
     return jax.numpy.asarray(np.require(to_numpy(t), requirements="C"))  # a 0-d tensor stays 0-d
 
 
-def validate_against_torch(captured: TorchProgram, optimized: Program, seed: int = 0) -> dict[str, Any]:
+def validate_against_torch(captured: TorchProgram, optimized: Program, seed: int = 0) -> Verdict:
     """The verdict on `optimized` with PyTorch itself as the reference: the exported graph run by
     PyTorch in float64 against the optimized program in float64, on the draws and under the verdict
     rules of translation validation (`validation.judge.judge`). Two frameworks' float64 kernels round
@@ -166,7 +167,7 @@ def validate_against_torch(captured: TorchProgram, optimized: Program, seed: int
     is measured and allowed, on top of the rounding the captured program's own sensitivity
     explains (from the nudged inputs), and no more: a wrong program still fails."""
     dtypes = [dtype for _, dtype in output_avals(captured.program)]
-    verdict = Verdict("torch float64", dtypes)
+    verdict = Tally("torch float64", dtypes)
     try:
         candidate, original = Widened(optimized), Widened(captured.program)
     except (TypeError, ValueError) as err:

@@ -18,6 +18,7 @@ from validation.inputs import TRIALS, InputDraws
 from validation.region_check import CheckMemory
 from validation.regions import distinct_checks, find_regions
 from validation.validate import validate
+from validation.verdict import Verdict
 from wire.json_types import Program
 
 
@@ -120,14 +121,14 @@ class BackgroundValidation:
         self.checking.set()
         self.jobs.append(Job(self._validate_algebraic, after=self.jobs[-1]))
 
-    def _validate_algebraic(self) -> dict[str, Any]:
+    def _validate_algebraic(self) -> Verdict:
         begin = time.perf_counter()
         try:
             return validate(self.original, self.algebraic, self.fp_mode, draws=self.speculative, memory=self.memory)
         finally:  # reported apart: it ran beside the fusion stages
             self.timings["validate"] = round(time.perf_counter() - begin, 6)
 
-    def result_for(self, candidate: Program) -> dict[str, Any]:
+    def result_for(self, candidate: Program) -> Verdict:
         started = self.algebraic is not None
         plan = find_regions(self.algebraic, candidate, self.memory.table) if started else None
         if plan is not None and not plan.regions:

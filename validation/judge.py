@@ -1,6 +1,6 @@
 """The loop every numeric check shares: draws of inputs tried in turn (`DRAWS`) until enough of
 them can tell, each comparing a candidate's outputs with a reference's within what float64
-rounding explains at the reference's measured sensitivity, and the `Verdict` they add up to."""
+rounding explains at the reference's measured sensitivity, and the verdict they add up to (`Tally`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -10,6 +10,7 @@ import numpy as np
 
 from validation.compare import informative, output_error, tolerance_for
 from validation.inputs import Draw, InputDomain, InputDraws, random_inputs
+from validation.verdict import DrawFinding, Verdict
 from validation.widen import CannotWiden
 from wire.json_types import Program
 
@@ -32,19 +33,19 @@ DRAWS = ((False, 1.0), (True, 1.0), (False, 1.0), (True, 0.3), (True, 0.1), (Tru
 
 
 @dataclass
-class Verdict:
+class Tally:
     """What the draws of one check found; `result` is the response's `validation` object."""
 
     criterion: str
     dtypes: list[str]
     trials: int = 0
-    tried: list[dict[str, Any]] = field(default_factory=list)
+    tried: list[DrawFinding] = field(default_factory=list)
     worst: float = 0.0
 
     def tolerance(self) -> dict[str, float]:
         return {d: tolerance_for(d, "real") for d in sorted(set(self.dtypes))}
 
-    def result(self, status: str, reason: str, **extra: Any) -> dict[str, Any]:
+    def result(self, status: str, reason: str, **extra: Any) -> Verdict:
         return {"status": status, "max_rel_error": self.worst, "tolerance": self.tolerance(), "trials": self.trials,
                 "criterion": self.criterion, "reason": reason, "draws": self.tried, **extra}
 
@@ -69,8 +70,8 @@ class Runs(NamedTuple):
 Evaluate = Callable[[list[np.ndarray], Draw, float], Runs | tuple[Outputs, Outputs, Outputs]]
 
 
-def judge(program: Program, dtypes: list[str], evaluate: Evaluate, verdict: Verdict,
-          trials: int, seed: int, draws: InputDraws | None, domain: InputDomain | None = None) -> dict[str, Any]:
+def judge(program: Program, dtypes: list[str], evaluate: Evaluate, verdict: Tally,
+          trials: int, seed: int, draws: InputDraws | None, domain: InputDomain | None = None) -> Verdict:
     """Draw inputs for `program` (`DRAWS` in turn, from `domain` as `random_inputs` says) until
     `trials` of them can tell, comparing the candidate's outputs with the reference's
     (`evaluate`: a whole check's `checked_runs`, or a region check's run)."""
@@ -80,8 +81,8 @@ def judge(program: Program, dtypes: list[str], evaluate: Evaluate, verdict: Verd
         return verdict.result("inconclusive", str(err))
 
 
-def _judge(program: Program, dtypes: list[str], evaluate: Evaluate, verdict: Verdict,
-           trials: int, seed: int, draws: InputDraws | None, domain: InputDomain | None) -> dict[str, Any]:
+def _judge(program: Program, dtypes: list[str], evaluate: Evaluate, verdict: Tally,
+           trials: int, seed: int, draws: InputDraws | None, domain: InputDomain | None) -> Verdict:
     nudge = min(NUDGE.get(d, DEFAULT_NUDGE) for d in dtypes) if dtypes else DEFAULT_NUDGE
     tolerances = [tolerance_for(d, "real") for d in dtypes]
     positions_only = set(range(len(dtypes)))  # outputs with no finite value on every draw that told so far

@@ -10,9 +10,10 @@ import numpy as np
 
 from validation.compare import tolerance_for
 from validation.inputs import Draw, InputDomain, InputDraws, nudged, nudges
-from validation.judge import Verdict, judge
+from validation.judge import Tally, judge
 from validation.regions import Region, RegionPlan, cone, distinct_checks, find_regions, original_side
 from validation.value_numbering import ValueTable
+from validation.verdict import Verdict
 from validation.widen import CannotWiden, check_jit, float64_callable, widened
 from wire.execute import program_to_callable
 from wire.json_types import Program
@@ -53,7 +54,7 @@ class CheckMemory:
 
 
 def region_validate(original: Program, optimized: Program, plan: RegionPlan, trials: int, seed: int,
-                    draws: InputDraws | None, memory: CheckMemory) -> dict[str, Any]:
+                    draws: InputDraws | None, memory: CheckMemory) -> Verdict:
     """One jitted call per draw runs the original only as far as the regions need and each region
     on the values the original feeds it (one compile for all: XLA's fixed cost per module is
     larger than a small region's); each region's results are compared with the original's
@@ -71,7 +72,7 @@ def region_validate(original: Program, optimized: Program, plan: RegionPlan, tri
     if plan.relied:
         extra["reused_values"] = len(plan.relied)
     if not fresh:
-        verdict = Verdict("regions", [d for check in earlier for d in check.dtypes])
+        verdict = Tally("regions", [d for check in earlier for d in check.dtypes])
         verdict.trials, verdict.worst = min(c.trials for c in earlier), max(c.max_rel_error for c in earlier)
         memory.remember(plan, PassedCheck(verdict.worst, tuple(verdict.dtypes), verdict.trials))
         return verdict.result("passed", f"every distinct rewritten region ({len(checks)}) and every value the "
@@ -96,7 +97,7 @@ def region_validate(original: Program, optimized: Program, plan: RegionPlan, tri
 
 
 def _run_regions(original: Program, optimized: Program, plan: RegionPlan, checks: list[Region],
-                 trials: int, seed: int, draws: InputDraws | None) -> dict[str, Any]:
+                 trials: int, seed: int, draws: InputDraws | None) -> Verdict:
     """The original runs in its declared types as far as the regions' inputs (its values there are
     what the regions are fed, so their rounding is the program's own); from those values on, each
     region and the original's computation of the same roots run in float64, and the original's
@@ -110,7 +111,7 @@ def _run_regions(original: Program, optimized: Program, plan: RegionPlan, checks
     needed, prefix = cone(original, leaves), cone(original, computed)  # what the check draws; what runs first
     roots = [o for region in checks for o, _ in region.roots]
     dtypes = [plan.original_numbered.aval[o][1] for o in roots]
-    verdict = Verdict("regions", dtypes)
+    verdict = Tally("regions", dtypes)
     needed_names, prefix_names = [spec["name"] for spec in needed["inputs"]], [s["name"] for s in prefix["inputs"]]
     try:
         run_prefix = program_to_callable(prefix)

@@ -3,12 +3,13 @@
 compiler, checked as the optimizer checks its own results (validation/validate.py)."""
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from lowering.kernels import output_avals
 from validation.validate import validate
+from validation.verdict import Verdict
 from wire.execute import typecheck
 from wire.format import WireError, WireProgram, json_int
 from wire.json_types import Program
@@ -62,7 +63,7 @@ def check_signatures(original: Program, candidate: Program,
 
 
 def validate_programs(original: Program, candidate: Program, fp_mode: str = "real",
-                      seed: int = 0) -> dict[str, Any]:
+                      seed: int = 0) -> Verdict:
     """The verdict on `candidate` against `original`; WireError when they cannot be compared."""
     check_signatures(original, candidate)
     return validate(original, candidate, fp_mode, seed=seed)

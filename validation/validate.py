@@ -40,9 +40,10 @@ import numpy as np
 from lowering.kernels import output_avals
 from validation.compare import bit_identical, informative, output_error
 from validation.inputs import TRIALS, Draw, InputDraws, nudged, nudges, random_inputs
-from validation.judge import DRAWS, Verdict, judge
+from validation.judge import DRAWS, Tally, judge
 from validation.observability import change_shows
 from validation.region_check import CheckMemory, region_validate
+from validation.verdict import Verdict
 from validation.widen import CannotWiden, Widened, check_jit, float64_callable, widen
 from wire.execute import jitted_program, typecheck
 from wire.format import WireError
@@ -53,7 +54,7 @@ MAX_REGION_SHARE = (
 )
 
 
-def identical() -> dict[str, Any]:
+def identical() -> Verdict:
     return {"status": "identical", "max_rel_error": 0.0, "tolerance": {}, "trials": 0, "criterion": "identical",
             "reason": "value numbering finds the same computation in both programs, up to normal forms: exact "
                       "ones, and in real mode identities of real arithmetic (sums and products in another order, "
@@ -64,7 +65,7 @@ def identical() -> dict[str, Any]:
 
 def validate(original: Program, optimized: Program, fp_mode: str = "real",
              trials: int = TRIALS, seed: int = 0, draws: InputDraws | None = None,
-             memory: CheckMemory | None = None) -> dict[str, Any]:
+             memory: CheckMemory | None = None) -> Verdict:
     """The verdict on `optimized` against `original` (see the module docstring); `draws` may hold
     the inputs drawn ahead, and `memory` what earlier candidates' checks showed on them."""
     memory, draws = memory or CheckMemory.for_mode(fp_mode), draws or InputDraws()
@@ -97,7 +98,7 @@ def validate(original: Program, optimized: Program, fp_mode: str = "real",
 
 
 def validate_pieces(original: Program, optimized: Program,
-                    pieces: list[tuple[dict[str, Any], dict[str, Any]]], fp_mode: str = "real") -> dict[str, Any]:
+                    pieces: list[tuple[Program, Program]], fp_mode: str = "real") -> Verdict:
     """`optimized` stitched from optimized pieces of `original` (a piecewise search): each distinct
     piece checked against the piece it replaces, as a program of its own (an encoder's twelve
     layers: one check). A failed piece is the verdict; one that cannot tell sends it to `validate`."""
@@ -117,7 +118,7 @@ def validate_pieces(original: Program, optimized: Program,
 
 
 def validate_whole(original: Program, optimized: Program, fp_mode: str = "real",
-                   trials: int = TRIALS, seed: int = 0, draws: InputDraws | None = None) -> dict[str, Any]:
+                   trials: int = TRIALS, seed: int = 0, draws: InputDraws | None = None) -> Verdict:
     """Both whole programs on the same inputs: in float64 (`real`), or in their own types (`exact`)."""
     dtypes = [dtype for _, dtype in output_avals(original)]
     if fp_mode == "exact":
@@ -128,8 +129,8 @@ def validate_whole(original: Program, optimized: Program, fp_mode: str = "real",
         try:  # a program that does not type in its own types is wrong, not merely unwidenable
             typecheck(optimized)
         except WireError as own:
-            return Verdict("float64", dtypes).result("failed", f"the optimized program does not type-check: {own}")
-        return Verdict("float64", dtypes).result("inconclusive", f"the programs cannot be evaluated in float64: {err}")
+            return Tally("float64", dtypes).result("failed", f"the optimized program does not type-check: {own}")
+        return Tally("float64", dtypes).result("inconclusive", f"the programs cannot be evaluated in float64: {err}")
     draws = draws or InputDraws()
     runs = checked_runs(lambda *args: (reference(*args), args), lambda args: candidate(*args), [original, optimized])
     candidate_alone = functools.cache(lambda: Widened(optimized))  # compiled only when it is needed
@@ -146,7 +147,7 @@ def validate_whole(original: Program, optimized: Program, fp_mode: str = "real",
         draws.outputs[key] = (original, refs, moved)
         return refs, results, moved
 
-    return judge(original, dtypes, evaluate, Verdict("float64", dtypes), trials, seed, draws)
+    return judge(original, dtypes, evaluate, Tally("float64", dtypes), trials, seed, draws)
 
 Outputs = list[np.ndarray]
 # (inputs in their declared types, nudge directions, nudge) -> (reference's, candidate's, nudged reference's)
@@ -183,10 +184,10 @@ def checked_runs(reference: Callable[..., tuple[list, Any]], candidate: Callable
     return evaluate
 
 def _exact(original: Program, optimized: Program, dtypes: list[str], trials: int, seed: int,
-           draws: InputDraws | None) -> dict[str, Any]:
+           draws: InputDraws | None) -> Verdict:
     """Bit-identical results in the declared types, on draws whose outputs are not all overflow."""
     run_original, run_optimized = jitted_program(original), jitted_program(optimized)
-    verdict = Verdict("exact", dtypes)
+    verdict = Tally("exact", dtypes)
     for k, (scaled, contraction) in enumerate(DRAWS):
         args = random_inputs(original, seed + k, scaled, draws, contraction)
         refs, results = [np.asarray(r) for r in run_original(*args)], [np.asarray(r) for r in run_optimized(*args)]

@@ -36,6 +36,7 @@ from service.optimizer.simplify import simplify
 from validation.background import BackgroundValidation
 from validation.listing import kernel_listing
 from validation.validate import identical, validate, validate_pieces
+from validation.verdict import Verdict
 from wire.execute import typecheck
 from wire.format import WireError
 from wire.json_types import Program
@@ -162,7 +163,7 @@ def original_response(program: Program, profile: HardwareProfile, options: Optim
 
 
 def _response(identity: str, profile: HardwareProfile, program: Program, lowered: KernelProgram,
-              baseline: KernelProgram, estimate: dict[str, Any], validation: dict[str, Any],
+              baseline: KernelProgram, estimate: dict[str, Any], validation: Verdict,
               report: dict[str, Any], provenance: dict[str, str] | None = None) -> dict[str, Any]:
     """The response for `program` in `lowered`'s kernels, checked against its model; the baseline's
     kernels go with it so a report can draw the program before and after."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from service.report.style import BOUND_LABELS, seconds, size
+from validation.verdict import Verdict
 
 ESTIMATES = (("naive", "naive: one kernel per equation"), ("baseline", "baseline: conventional compiler"),
              ("optimized", "optimized"), ("precompute", "precompute: once per weight set"),
@@ -32,7 +33,7 @@ def estimate_rows(estimate: dict[str, Any]) -> list[dict[str, str]]:
     return rows
 
 
-def validation_rows(validation: dict[str, Any]) -> list[tuple[str, str]]:
+def validation_rows(validation: Verdict) -> list[tuple[str, str]]:
     """(fact, value) pairs of the numerical check, those the response carries."""
     error = validation.get("max_rel_error")
     rows = [("verdict", validation["status"]), ("max relative error", "n/a" if error is None else f"{error:.3g}"),
