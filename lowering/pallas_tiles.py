@@ -18,8 +18,6 @@ import copy
 import math
 from dataclasses import replace
 
-import numpy as np
-
 from costmodel.formulas import Estimate, launch_time, memory_time
 from costmodel.profile import HardwareProfile
 from lowering.as_run import compiled_by_xla, kernels_as_run
@@ -315,5 +313,5 @@ def _readers(program: Program) -> dict[str, set[float]]:
                 readers.setdefault(a, set()).add(index)
     for o in program["outputs"]:
         if isinstance(o, str):
-            readers.setdefault(o, set()).add(np.inf)
+            readers.setdefault(o, set()).add(math.inf)
     return readers
