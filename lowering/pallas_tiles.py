@@ -19,10 +19,11 @@ import math
 from dataclasses import replace
 
 from costmodel.formulas import Estimate, launch_time, memory_time
+from costmodel.op_cost import nbytes
 from costmodel.profile import HardwareProfile
 from lowering.as_run import compiled_by_xla, kernels_as_run
 from lowering.kernels import Kernel, avals_of
-from wire.format import parse_dtype
+from lowering.runnable import kernel_subprogram
 from wire.json_types import Eqn, Program, Tensor
 from wire.primitives import PRIMITIVES, deterministic
 
@@ -108,10 +109,6 @@ def row_axes(eqns: list[Eqn], outputs: dict[str, int], avals) -> dict[str, Axis]
 MIN_TILE = 16  # a GPU's matrix units take blocks of 16 rows and columns and more
 
 
-def _bytes(avals, name: str) -> int:
-    return math.prod(avals[name][0]) * parse_dtype(avals[name][1]).itemsize
-
-
 def _choices(size: int) -> list[int]:
     """Tile sizes along an axis of `size`: powers of two (a GPU kernel's blocks are), from
     `MIN_TILE` (or the first that holds the axis) to the first that holds the axis."""
@@ -127,7 +124,7 @@ def choose_tile(sizes: list[int], axes: dict[str, tuple[Axis, ...]], reads: list
 
     def block(name: str, tile: tuple[int, ...]) -> float:
         share = math.prod(t / s for t, s, a in zip(tile, sizes, axes[name]) if a is not None)
-        return _bytes(avals, name) * share
+        return nbytes(avals[name]) * share
 
     best = None
     for tile in _grid(sizes):
@@ -238,7 +235,7 @@ def realize_tiles(program: Program, kernels: list[Kernel], profile: HardwareProf
                 raise CannotTile("its results are read between its equations")
             eqn = tiled_equation([eqns[i] for i in indices], outputs, avals, profile)
             priced = _priced_tiles(kernel, eqn, avals, profile)
-            as_ops = _as_ops_s(program, indices, eqn["in"], outputs, profile) if compiled_by_xla(profile) \
+            as_ops = _as_ops_s(program, kernel, eqn["in"], outputs, profile) if compiled_by_xla(profile) \
                 else kernel.estimate.time_s
             if priced["estimate"].time_s > as_ops:
                 raise CannotTile(f"its tiles re-read what they read whole: {priced['estimate'].time_s * 1e6:.3g} us "
@@ -264,14 +261,10 @@ def realize_tiles(program: Program, kernels: list[Kernel], profile: HardwareProf
     return {**program, "eqns": spliced}, renumbered, notes
 
 
-def _as_ops_s(program: Program, indices: list[int], reads: list[str], outputs: list[Tensor],
+def _as_ops_s(program: Program, kernel: Kernel, reads: list[str], outputs: list[Tensor],
               profile: HardwareProfile) -> float:
     """The time of the kernel's equations left as JAX ops, as XLA groups them (no call's dispatch)."""
-    avals, consts = avals_of(program), {c["name"]: c for c in program.get("consts", [])}
-    alone = {"format": program["format"], "consts": [consts[n] for n in reads if n in consts],
-             "inputs": [{"name": n, "shape": list(avals[n][0]), "dtype": avals[n][1]}
-                        for n in reads if n not in consts],
-             "eqns": [program["eqns"][i] for i in indices], "outputs": [o["name"] for o in outputs]}
+    alone = kernel_subprogram(program, replace(kernel, inputs=reads, outputs=[o["name"] for o in outputs]))
     return sum(k.estimate.time_s for k in kernels_as_run(alone, profile).kernels)
 
 
@@ -281,7 +274,7 @@ def _priced_tiles(kernel: Kernel, eqn: Eqn, avals, profile: HardwareProfile) -> 
     params = eqn["params"]
     sizes = [eqn["out"][0]["shape"][a] for a in params["out_axes"][0]]
     counts = [-(-s // t) for s, t in zip(sizes, params["tile"])]
-    again = sum(_bytes(avals, n) * (math.prod(c for c, a in zip(counts, axes) if a is None) - 1)
+    again = sum(nbytes(avals[n]) * (math.prod(c for c, a in zip(counts, axes) if a is None) - 1)
                 for n, axes in zip(eqn["in"], params["in_axes"]))
     tiling = {"tile_rows": params["tile"][0], "tiles": math.prod(counts)}
     if len(counts) > 1:
