@@ -25,7 +25,7 @@ import argparse
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import numpy as np
@@ -69,36 +69,36 @@ def prepare(models: list[str], out: Path = EXPORTS) -> list[dict[str, Any]]:
 
 
 def _export(program: dict[str, Any], out: Path, stem: str) -> dict[str, Any]:
-    """The program's weight-only part (None without one) and per-call part, each exported for CPU
-    and CUDA into `out`; the per-call part takes the inputs and then the weight-only part's outputs."""
-    from lowering.precompute import split_weight_work
+    """The program's parts (`_parts`), each exported for CPU and CUDA into `out`."""
     from wire.execute import program_to_callable
 
-    has_weights = any(s.get("role") == "weight" for s in program["inputs"])
-    ahead, per_call = split_weight_work(program) if has_weights else (None, program)
-    parts: dict[str, Any] = {"inputs": [{"shape": s["shape"], "dtype": s["dtype"]} for s in program["inputs"]]}
-    for part, body in (("ahead", ahead if ahead and ahead["outputs"] else None), ("per_call", per_call)):
-        if body is None:
-            parts[part] = None
-            continue
+    def write(body: dict[str, Any], path: Path) -> None:
         specs = [jax.ShapeDtypeStruct(tuple(s["shape"]), s["dtype"]) for s in body["inputs"]]
         exported = jax.export.export(jax.jit(program_to_callable(body)), platforms=("cpu", "cuda"))(*specs)
-        (out / f"{stem}.{part}.bin").write_bytes(exported.serialize())
-        parts[part] = f"{stem}.{part}.bin"
-    return parts
+        path.write_bytes(exported.serialize())
+
+    return _parts(program, out, f"{stem}.{{}}.bin", write)
 
 
 def _wire_parts(program: dict[str, Any], out: Path, stem: str) -> dict[str, Any]:
-    """The program's weight-only part (None without one) and per-call part as wire programs (JSON)."""
+    """The program's parts (`_parts`) as wire programs (JSON) in `out`."""
+    return _parts(program, out, f"{stem}.{{}}.json", lambda body, path: path.write_text(json.dumps(body)))
+
+
+def _parts(program: dict[str, Any], out: Path, name: str, write: Callable[[dict[str, Any], Path], None]
+           ) -> dict[str, Any]:
+    """The program's weight-only part (None without one) and per-call part, each written by `write`
+    to `out` / `name` (its "{}" the part's name); the per-call part takes the inputs and then the
+    weight-only part's outputs."""
     from lowering.precompute import split_weight_work
 
     has_weights = any(s.get("role") == "weight" for s in program["inputs"])
     ahead, per_call = split_weight_work(program) if has_weights else (None, program)
     parts: dict[str, Any] = {"inputs": [{"shape": s["shape"], "dtype": s["dtype"]} for s in program["inputs"]]}
     for part, body in (("ahead", ahead if ahead and ahead["outputs"] else None), ("per_call", per_call)):
-        parts[part] = None if body is None else f"{stem}.{part}.json"
+        parts[part] = None if body is None else name.format(part)
         if body is not None:
-            (out / parts[part]).write_text(json.dumps(body))
+            write(body, out / parts[part])
     return parts
 
 
