@@ -21,6 +21,7 @@ from validation.validate import validate
 from validation.widen import CannotWiden, Widened, widen
 from wire.execute import typecheck
 from wire.format import WireError
+from wire.json_types import Program
 
 SWAPS = {"add": "sub", "sub": "add", "mul": "add", "div": "mul", "max": "min", "min": "max",
          "tanh": "logistic", "logistic": "tanh", "exp": "expm1", "expm1": "exp", "log": "log1p", "log1p": "log",
@@ -28,7 +29,6 @@ SWAPS = {"add": "sub", "sub": "add", "mul": "add", "div": "mul", "max": "min", "
          "square": "abs", "integer_pow": "abs"}
 SWAPPABLE = ("sub", "div", "dot_general")
 ELEMENTWISE = frozenset(SWAPS) | {"sub", "div", "pow", "integer_pow", "square", "convert_element_type"}
-Program = dict[str, Any]
 
 
 def _live(program: Program) -> list[int]:

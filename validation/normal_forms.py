@@ -34,9 +34,10 @@ import numpy as np
 from jax.numpy import finfo
 
 from rewrites.chain_order import PLAIN_MATMUL
+from wire.json_types import Eqn, Lit
 
-Eqn = dict[str, Any]  # an equation; a literal is a dict with "lit" and "dtype"
-Form = Callable[[str], Eqn | None]  # a value's normal form: an equation, a literal, None for an input
+Formed = Eqn | Lit  # what a value is numbered as: an equation, or the literal it folds to
+Form = Callable[[str], Formed | None]  # a value's normal form; None for an input
 Shape = Callable[[Any], tuple[int, ...]]  # an operand's shape (a literal's: ())
 Aval = Callable[[Any], tuple[tuple[int, ...], str]]  # an operand's shape and dtype
 
@@ -63,7 +64,7 @@ def unordered(eqn: Eqn, real: bool) -> bool:
         (op == "add" and not dtype.startswith(("float", "bfloat", "complex")))
 
 
-def normal_form(eqn: Eqn, form: Form, aval: Aval, real: bool) -> str | Eqn:
+def normal_form(eqn: Eqn, form: Form, aval: Aval, real: bool) -> str | Formed:
     """The operand `eqn` equals, or the equation (or literal) its single output is numbered as."""
     shape = lambda operand: aval(operand)[0]
     op, source = eqn["op"], eqn["in"][0] if eqn["in"] else None
@@ -86,7 +87,7 @@ def normal_form(eqn: Eqn, form: Form, aval: Aval, real: bool) -> str | Eqn:
     return eqn
 
 
-def literal_of(operand: Any, form: Form) -> Eqn | None:
+def literal_of(operand: Any, form: Form) -> Lit | None:
     """A literal operand, or the literal a value was folded to."""
     if is_literal(operand):
         return operand
@@ -94,7 +95,7 @@ def literal_of(operand: Any, form: Form) -> Eqn | None:
     return value if is_literal(value) else None
 
 
-def _folded(eqn: Eqn, form: Form, real: bool) -> Eqn:
+def _folded(eqn: Eqn, form: Form, real: bool) -> Formed:
     """Arithmetic on literals of one float type as the literal it is: rounded to that type, or
     (`real`) in float64, as the real-arithmetic check evaluates literals."""
     literals = [literal_of(a, form) for a in eqn["in"]]
