@@ -7,7 +7,7 @@ import argparse
 from collections import Counter
 from typing import Callable
 
-from bench.report import ROOT, fmt_bytes, fmt_time, update_table
+from bench.report import ROOT, fmt_bytes, fmt_si, fmt_time, update_table
 from costmodel.formulas import gemm_cost
 from costmodel.profile import HardwareProfile, list_profiles, load_profile
 from costmodel.provenance import Basis, numbers
@@ -31,28 +31,21 @@ def basis_kind(basis: Basis) -> str:
     return "by definition" if source.startswith("by definition") else "published"
 
 
-def _rate(value: float) -> str:
-    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6)):
-        if value >= scale:
-            return f"{value / scale:.3g} {unit}"
-    return f"{value:.3g} "
-
-
 # The figures the prose talks about, each a dotted field and how to show its value.
 FIGURES: tuple[tuple[str, str, Callable[[float], str]], ...] = (
     ("gemm.rows", "GEMM tile rows", lambda v: f"{v:g}"),
     ("gemm.cols", "GEMM tile columns", lambda v: f"{v:g}"),
     ("gemm.cores", "GEMM cores", lambda v: f"{v:g}"),
-    ("gemm.clock_hz", "GEMM clock", lambda v: f"{_rate(v)}Hz"),
+    ("gemm.clock_hz", "GEMM clock", lambda v: fmt_si(v, "Hz")),
     ("gemm.weight_load_s", "weight tile load", fmt_time),
-    ("gemm.precision_rates.bfloat16", "GEMM rate, bf16", lambda v: f"{_rate(v)}FLOP/s"),
-    ("gemm.precision_rates.float32", "GEMM rate, float32 (default precision)", lambda v: f"{_rate(v)}FLOP/s"),
-    ("gemm.precision_rates.float32_highest", "GEMM rate, float32 HIGHEST", lambda v: f"{_rate(v)}FLOP/s"),
-    ("vector.flops_per_s", "vector unit", lambda v: f"{_rate(v)}FLOP/s"),
+    ("gemm.precision_rates.bfloat16", "GEMM rate, bf16", lambda v: fmt_si(v, "FLOP/s")),
+    ("gemm.precision_rates.float32", "GEMM rate, float32 (default precision)", lambda v: fmt_si(v, "FLOP/s")),
+    ("gemm.precision_rates.float32_highest", "GEMM rate, float32 HIGHEST", lambda v: fmt_si(v, "FLOP/s")),
+    ("vector.flops_per_s", "vector unit", lambda v: fmt_si(v, "FLOP/s")),
     ("memory.sram_bytes", "on-chip memory (SRAM / L2 / last-level cache)", fmt_bytes),
     ("memory.block_bytes", "one block's on-chip memory (a GPU SM's shared memory)", fmt_bytes),
-    ("memory.sram_bw_bytes_per_s", "on-chip bandwidth", lambda v: f"{_rate(v)}B/s"),
-    ("memory.hbm_bw_bytes_per_s", "off-chip bandwidth (HBM / DRAM)", lambda v: f"{_rate(v)}B/s"),
+    ("memory.sram_bw_bytes_per_s", "on-chip bandwidth", lambda v: fmt_si(v, "B/s")),
+    ("memory.hbm_bw_bytes_per_s", "off-chip bandwidth (HBM / DRAM)", lambda v: fmt_si(v, "B/s")),
     ("kernel.launch_overhead_s", "cost per kernel", fmt_time),
     ("kernel.dispatch_overhead_s", "cost per call (dispatch)", fmt_time),
     ("kernel.max_gemms", "GEMMs a kernel may chain", lambda v: f"{v:g}"),

@@ -133,22 +133,22 @@ def _ranks(values: list[float]) -> list[float]:
     return ranks
 
 
-def _si(value: float | None, unit: str) -> str:
-    """`value` with the largest of the prefixes (none, m, u) that keeps it >= 1, else n."""
+def fmt_si(value: float | None, unit: str) -> str:
+    """`value` with the largest of the prefixes (T, G, M, none, m, u) that keeps it >= 1, else n."""
     if value is None:
         return "n/a"
-    for prefix, scale in (("", 1.0), ("m", 1e-3), ("u", 1e-6)):
+    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("", 1.0), ("m", 1e-3), ("u", 1e-6)):
         if abs(value) >= scale:
             return f"{value / scale:.3g} {prefix}{unit}"
     return f"{value * 1e9:.3g} n{unit}"
 
 
 def fmt_time(seconds: float | None) -> str:
-    return _si(seconds, "s")
+    return fmt_si(seconds, "s")
 
 
 def fmt_energy(joules: float | None) -> str:
-    return _si(joules, "J")
+    return fmt_si(joules, "J")
 
 
 def fmt_bytes(n: float | None) -> str:
