@@ -54,7 +54,8 @@ def test_nested_requests_thaw_once_the_outermost_ends():
     heap = CallerHeap()
     with heap.out_of_sight():
         outer = gc.get_freeze_count()
+        # frozen objects other threads free leave the count: a second freeze would raise it, a thaw empty it
         with heap.out_of_sight():
-            assert gc.get_freeze_count() == outer
-        assert gc.get_freeze_count() == outer > 0  # the inner one's end thaws nothing
+            assert 0 < gc.get_freeze_count() <= outer
+        assert 0 < gc.get_freeze_count() <= outer  # the inner one's end thaws nothing
     assert gc.get_freeze_count() == 0
