@@ -8,12 +8,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, replace
+from typing import TypedDict
 
 from costmodel.measured_gemm import measured_gemm_s
 from costmodel.profile import HardwareProfile
 from wire.format import parse_dtype
 
 BOUNDS = ("weight_load", "optical", "vector", "memory", "launch")
+
+
+class Cost(TypedDict):
+    """An `Estimate` as the wire reports it (a kernel's, a program's)."""
+
+    time_s: float
+    energy_j: float
+    hbm_bytes: float
+    flops: float
+    bound: str
 
 
 @dataclass(frozen=True)
@@ -30,8 +41,8 @@ class Estimate:
         if self.bound not in BOUNDS:
             raise ValueError(f"bound must be one of {BOUNDS}, got {self.bound!r}")
 
-    def to_dict(self) -> dict[str, float | str]:
-        return asdict(self)
+    def to_dict(self) -> Cost:
+        return Cost(**asdict(self))
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 from costmodel.formulas import Estimate, program_estimate, sum_estimates
 from costmodel.kernel_cost import VIEW_OPS, fused_estimate, key_blocked
 from costmodel.key_blocking import Step
 from costmodel.op_cost import Aval, OpCost, nbytes, op_cost
 from costmodel.profile import HardwareProfile
+from lowering.kernel_json import BufferJSON, KernelJSON, KernelsJSON
 from wire.json_types import Eqn, Program
 from wire.primitives import GEMMS, names, nested_programs
 
@@ -65,10 +65,10 @@ class Kernel:
     inputs: list[str] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
     tiling: dict[str, int] = field(default_factory=dict)
-    buffers: list[dict[str, Any]] = field(default_factory=list)  # name, shape, dtype, role, level
+    buffers: list[BufferJSON] = field(default_factory=list)
     estimate: Estimate | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> KernelJSON:
         return {
             "id": self.id,
             "kind": self.kind,
@@ -83,7 +83,7 @@ class Kernel:
 
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Kernel:
+    def from_dict(cls, data: KernelJSON) -> Kernel:
         """A kernel as a response reports it (estimates are not needed to run it)."""
         estimate = data.get("estimate")
         return cls(data["id"], data["kind"], list(data["eqns"]), list(data["ops"]), list(data["inputs"]),
@@ -99,7 +99,7 @@ class KernelProgram:
     precompute_total: Estimate
 
     @classmethod
-    def from_response(cls, response: dict[str, Any]) -> KernelProgram:
+    def from_response(cls, response: KernelsJSON) -> KernelProgram:
         """The kernel program a response reports (`kernels`, `precompute_kernels` and their totals)."""
         kernels = [Kernel.from_dict(k) for k in response["kernels"]]
         precompute = [Kernel.from_dict(k) for k in response.get("precompute_kernels", [])]
@@ -347,7 +347,7 @@ def _read_bytes(name: str, eqns: list[Eqn], avals: dict[str, Aval]) -> int:
     return nbytes(avals[name])
 
 
-def _buffer(name: str, aval: Aval, role: str, level: str) -> dict[str, Any]:
+def _buffer(name: str, aval: Aval, role: str, level: str) -> BufferJSON:
     return {"name": name, "shape": list(aval[0]), "dtype": aval[1], "role": role, "level": level}
 
 

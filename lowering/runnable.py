@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from lowering.kernel_json import KernelsJSON
 from lowering.kernels import Kernel, avals_of
 from wire.execute import jitted_program
 from wire.json_types import Program
@@ -33,7 +34,7 @@ class KernelRunner:
         self.calls = [jitted_program(sub) for _, sub in self.steps]
 
     @classmethod
-    def from_response(cls, response: dict[str, Any]) -> KernelRunner:
+    def from_response(cls, response: KernelsJSON) -> KernelRunner:
         """The kernel program of an optimize response (`precompute_kernels`, then `kernels`)."""
         kernels = [Kernel.from_dict(k) for k in [*response["precompute_kernels"], *response["kernels"]]]
         return cls(response["program"], kernels)

@@ -4,12 +4,12 @@ for (validation/kernel_provenance.py), and the first kernel beyond its dtype's t
 the rewrites that can have shaped it."""
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from validation.compare import output_error, tolerance_for
+from validation.debug_json import Findings, KernelFinding, KernelToCheck, OutputFinding
 from validation.inputs import random_inputs
 from validation.kernel_provenance import kernel_origin, rule_patterns, stands_for
 from validation.widen import Widened, widen
@@ -30,10 +30,10 @@ def every_value(program: Program, args: list[np.ndarray]) -> dict[str, np.ndarra
     return values
 
 
-def debug_kernels(original: Program, optimized: Program, kernels: list[dict[str, Any]],
+def debug_kernels(original: Program, optimized: Program, kernels: Sequence[KernelToCheck],
                   rules_fired: Mapping[str, int] | None = None,
                   patterns: Mapping[str, frozenset[str]] | None = None, seed: int = 0,
-                  provenance: Mapping[str, str] | None = None) -> dict[str, Any]:
+                  provenance: Mapping[str, str] | None = None) -> Findings:
     """Per kernel of `optimized` (as a response lists them: `id`, `kind`, `ops`, `inputs`, `outputs`;
     precompute kernels with `precompute: true`, run first), the largest normwise relative error of
     its outputs against the original values they stand for; the first kernel in execution order
@@ -45,20 +45,22 @@ def debug_kernels(original: Program, optimized: Program, kernels: list[dict[str,
     reference, candidate = every_value(original, args), every_value(optimized, args)
     mapping = stands_for(original, optimized, provenance)
     dtypes = {o["name"]: o["dtype"] for e in optimized["eqns"] for o in e["out"]}
-    report, first = [], None
+    report: list[KernelFinding] = []
+    first: KernelFinding | None = None
     for kernel in sorted(kernels, key=lambda k: (not k.get("precompute", False), k["id"])):
         origin = kernel_origin(original, kernel, mapping, rules_fired, patterns)
-        outputs = []
+        outputs: list[OutputFinding] = []
         for name, target in origin["stands_for"].items():
             tolerance = tolerance_for(dtypes.get(name, "float32"), "real")
             error = output_error(reference[target], candidate[name]) if target in reference else None
             outputs.append({"value": name, "stands_for": target, "max_rel_error": error, "tolerance": tolerance,
                             "diverges": error is not None and error > tolerance})
         errors = [o["max_rel_error"] for o in outputs if o["max_rel_error"] is not None]
-        entry = {"id": kernel["id"], "precompute": kernel.get("precompute", False), "kind": kernel["kind"],
-                 "ops": list(kernel["ops"]), "outputs": outputs, "max_rel_error": max(errors, default=None),
-                 "diverges": any(o["diverges"] for o in outputs), "changed": origin["changed"],
-                 "replaces": origin["replaces"], "rewrites": origin["rewrites"]}
+        entry: KernelFinding = {
+            "id": kernel["id"], "precompute": kernel.get("precompute", False), "kind": kernel["kind"],
+            "ops": list(kernel["ops"]), "outputs": outputs, "max_rel_error": max(errors, default=None),
+            "diverges": any(o["diverges"] for o in outputs), "changed": origin["changed"],
+            "replaces": origin["replaces"], "rewrites": origin["rewrites"]}
         report.append(entry)
         if entry["diverges"] and first is None:
             first = entry
@@ -67,7 +69,7 @@ def debug_kernels(original: Program, optimized: Program, kernels: list[dict[str,
             "summary": _summary(first, len(report))}
 
 
-def _summary(first: dict[str, Any] | None, count: int) -> str:
+def _summary(first: KernelFinding | None, count: int) -> str:
     if first is None:
         return f"all {count} kernels agree with the original values they stand for within their dtype's tolerance"
     worst = max((o for o in first["outputs"] if o["diverges"]), key=lambda o: o["max_rel_error"])

@@ -6,11 +6,11 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from rewrites.fusion import FUSION
 from rewrites.registry import NamedRule, pattern_ops
 from rewrites.schedule import ALL_FAMILIES
+from validation.debug_json import KernelToCheck, Origin
 from validation.regions import equations_reaching, find_regions
 from validation.value_numbering import ValueTable
 from wire.json_types import Program
@@ -47,8 +47,8 @@ def rule_patterns(extra_rules: Iterable[NamedRule] = ()) -> dict[str, frozenset[
     return patterns
 
 
-def kernel_origin(original: Program, kernel: dict[str, Any], mapping: Mapping[str, str],
-                  rules_fired: Mapping[str, int] | None, patterns: Mapping[str, frozenset[str]]) -> dict[str, Any]:
+def kernel_origin(original: Program, kernel: KernelToCheck, mapping: Mapping[str, str],
+                  rules_fired: Mapping[str, int] | None, patterns: Mapping[str, frozenset[str]]) -> Origin:
     """For one kernel (as a response lists it): the original value per output (None where none is
     known), the original equations it replaces, whether it computes them as written (the same ops),
     and the fired rules whose patterns mention its ops or those it replaces (none when unchanged;

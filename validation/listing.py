@@ -4,10 +4,11 @@ Deterministic, so golden tests can pin it."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
+from lowering.kernel_json import BufferJSON
 from lowering.kernels import Kernel, KernelProgram
 from validation.kernel_provenance import kernel_origin, rule_patterns, stands_for
+from validation.response_json import ResponseJSON
 from wire.json_types import Program
 
 
@@ -15,7 +16,7 @@ def _us(seconds: float) -> str:
     return f"{seconds * 1e6:.3f} us"
 
 
-def _buffer(b: dict[str, Any]) -> str:
+def _buffer(b: BufferJSON) -> str:
     shape = "x".join(str(d) for d in b["shape"]) or "scalar"
     return f"{b['name']}: {b['dtype']}[{shape}] @{b['level']}"
 
@@ -52,7 +53,7 @@ def kernel_listing(program: KernelProgram, hardware: str,
     return "\n".join(lines) + "\n"
 
 
-def explained_listing(original: Program, response: dict[str, Any]) -> str:
+def explained_listing(original: Program, response: ResponseJSON) -> str:
     """The listing of an optimize `response` with, per kernel, the rewrites that shaped it: the fired
     rules whose patterns mention its ops or the ops of the `original` equations it replaces."""
     mapping, patterns = stands_for(original, response["program"], response.get("provenance")), rule_patterns()

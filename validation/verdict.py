@@ -36,3 +36,5 @@ class Verdict(TypedDict):
     region_share: NotRequired[float | None]
     roots: NotRequired[list[str] | None]
     pieces: NotRequired[list[str] | None]
+    failed_output: NotRequired[int]
+    failed_error: NotRequired[float]

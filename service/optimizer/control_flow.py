@@ -4,9 +4,10 @@ and kept its interface."""
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable
+from typing import Callable
 
 from lowering.kernels import avals_of, output_avals
+from validation.response_json import NestedReportJSON, ResponseJSON
 from wire.execute import typecheck
 from wire.format import WireError, nested_program_slots
 from wire.json_types import Program
@@ -17,15 +18,15 @@ from wire.primitives import const_operands
 ACCEPTED_STATUSES = frozenset(["passed", "identical", "skipped"])
 
 
-def optimize_nested(program: Program, optimize_body: Callable[[Program], dict[str, Any]]
-                    ) -> tuple[Program, list[dict[str, Any]]]:
+def optimize_nested(program: Program, optimize_body: Callable[[Program], ResponseJSON]
+                    ) -> tuple[Program, list[NestedReportJSON]]:
     """A copy of `program` whose nested programs are replaced by `optimize_body(body)["program"]`
     where that validated and kept the body's interface, plus one report per nested program;
     `program` itself where it holds none."""
     if not nested_program_count(program):
         return program, []
     result = copy.deepcopy(program)
-    reports: list[dict[str, Any]] = []
+    reports: list[NestedReportJSON] = []
     static = _static_names(result)
     avals = avals_of(result)
     for i, eqn in enumerate(result.get("eqns", [])):
@@ -76,7 +77,7 @@ def _counts(original: Program, used: Program) -> dict[str, int]:
     return {"original": len(original.get("eqns", [])), "optimized": len(used.get("eqns", []))}
 
 
-def _rejection(original: Program, candidate: Program, response: dict[str, Any], open_: bool) -> str | None:
+def _rejection(original: Program, candidate: Program, response: ResponseJSON, open_: bool) -> str | None:
     """Why `candidate` may not replace `original`, or None if it may."""
     status = (response.get("validation") or {}).get("status")
     if status not in ACCEPTED_STATUSES:

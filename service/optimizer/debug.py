@@ -15,10 +15,12 @@ from rewrites.registry import NamedRule
 from rewrites.schedule import ALGEBRA_RULE_NAMES
 from service.optimizer.options import OptimizeOptions
 from service.optimizer.pipeline import optimize
+from validation.debug_json import BisectionJSON, DebugJSON, KernelToCheck
 from validation.kernel_debug import debug_kernels
 from validation.kernel_provenance import rule_patterns
 from validation.rule_bisect import NotFailing, minimal_failing
 from validation.translation import check_signatures
+from validation.response_json import ResponseJSON
 from validation.validate import validate
 from validation.widen import CannotWiden
 from wire.format import JsonInt, WireError, WireProgram, json_int
@@ -96,10 +98,10 @@ class DebugResponse(BaseModel):
 
 
 def debug(original: Program, optimized: Program, hardware: HardwareProfile, options: OptimizeOptions,
-          kernels: list[dict[str, Any] | DebugKernelSpec] | None = None,
+          kernels: Sequence[KernelToCheck | DebugKernelSpec] | None = None,
           rewrites: dict[str, int] | None = None, bisect_rules: bool = False, seed: int = 0,
           extra_rules: Sequence[NamedRule] = (), provenance: dict[str, str] | None = None,
-          bisect_time_limit_s: float | None = None) -> dict[str, Any]:
+          bisect_time_limit_s: float | None = None) -> DebugJSON:
     """The debugger's report on `optimized` against `original`; WireError (a 422) naming the field
     when their signatures differ. `extra_rules` join the optimizer's own (in-process only); the
     bisection stops after `bisect_time_limit_s` (None: when it is done)."""
@@ -121,7 +123,7 @@ def debug(original: Program, optimized: Program, hardware: HardwareProfile, opti
     return result
 
 
-def _check_kernels(optimized: Program, kernels: list[dict[str, Any]]) -> None:
+def _check_kernels(optimized: Program, kernels: list[KernelToCheck]) -> None:
     """WireError naming the field unless every kernel reads and writes values of `optimized`."""
     values = {s["name"] for s in [*optimized["inputs"], *optimized.get("consts", [])]}
     values |= {o["name"] for e in optimized["eqns"] for o in e["out"]}
@@ -135,7 +137,7 @@ def _check_kernels(optimized: Program, kernels: list[dict[str, Any]]) -> None:
 
 def bisect(original: Program, hardware: HardwareProfile, options: OptimizeOptions,
            extra_rules: Sequence[NamedRule] = (), seed: int = 0,
-           time_limit_s: float | None = None) -> dict[str, Any]:
+           time_limit_s: float | None = None) -> BisectionJSON:
     """Delta debugging over the rules that fire when `original` is optimized: each subset is
     optimized with only its rules (the others excluded through the options) and validated. After
     `time_limit_s` no further subset is tried: the smallest failing one so far is the answer."""
@@ -143,7 +145,7 @@ def bisect(original: Program, hardware: HardwareProfile, options: OptimizeOption
     options = options.model_copy(update={"validate_result": False})
     extra = {r.name: r for r in extra_rules}
 
-    def optimized_with(rules: frozenset[str]) -> dict[str, Any]:
+    def optimized_with(rules: frozenset[str]) -> ResponseJSON:
         kept = options.model_copy(update={"exclude_rules": sorted(ALGEBRA_RULE_NAMES - rules)})
         return optimize(original, hardware, kept, [r for r in extra_rules if r.name in rules])
 

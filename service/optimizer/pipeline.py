@@ -11,12 +11,12 @@ from collections import Counter
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import replace
-from typing import Any
 
 from costmodel.extract import Extraction
 from costmodel.profile import HardwareProfile, resolve_profile
 from lowering.as_run import carried_kernels, compiled_by_xla, kernels_as_run
 from lowering.baseline import baseline_kernels
+from lowering.kernel_json import EstimatesJSON
 from lowering.kernels import NAIVE, POLICIES, KernelProgram, build_kernel_program
 from lowering.lower_bound import lower_bound
 from lowering.pallas_attention import realize_attention
@@ -35,6 +35,7 @@ from service.optimizer.search import FLOOR_RESOURCES, EGraphFloor, Search, budge
 from service.optimizer.simplify import simplify
 from validation.background import BackgroundValidation
 from validation.listing import kernel_listing
+from validation.response_json import ExtractionJSON, FusionChoiceJSON, NestedReportJSON, ReportJSON, ResponseJSON
 from validation.validate import identical, validate, validate_pieces
 from validation.verdict import Verdict
 from wire.execute import typecheck
@@ -57,7 +58,7 @@ def _simplified(tidied: Program, options: OptimizeOptions) -> Program:
 
 
 def optimize(program: Program, hardware: str | dict | HardwareProfile | None = None,
-             options: OptimizeOptions | dict | None = None, extra_rules: Sequence[NamedRule] = ()) -> dict[str, Any]:
+             options: OptimizeOptions | dict | None = None, extra_rules: Sequence[NamedRule] = ()) -> ResponseJSON:
     """Optimize a wire program; raises WireError (a 422) if it does not type-check. Every stage
     computes in the precision the program declares (64-bit types stay 64-bit). `extra_rules` run
     beside the algebra's own (in-process only; the request id does not name them)."""
@@ -67,7 +68,7 @@ def optimize(program: Program, hardware: str | dict | HardwareProfile | None = N
 
 
 def _optimize(program: Program, profile: HardwareProfile, options: OptimizeOptions,
-              extra_rules: Sequence[NamedRule]) -> dict[str, Any]:
+              extra_rules: Sequence[NamedRule]) -> ResponseJSON:
     identity = canonical_request_id(program, profile, options)  # before the loops' share of the time limit is taken
     timings: dict[str, float] = {}
     with stage(timings, "typecheck"):
@@ -144,7 +145,7 @@ def _optimize(program: Program, profile: HardwareProfile, options: OptimizeOptio
 
 
 def original_response(program: Program, profile: HardwareProfile, options: OptimizeOptions,
-                      note: str) -> dict[str, Any]:
+                      note: str) -> ResponseJSON:
     """The response returning `program` unchanged without searching (a worker killed at its
     deadline): estimates from lowering alone, which is cheap; nothing to validate."""
     start = time.perf_counter()
@@ -163,8 +164,8 @@ def original_response(program: Program, profile: HardwareProfile, options: Optim
 
 
 def _response(identity: str, profile: HardwareProfile, program: Program, lowered: KernelProgram,
-              baseline: KernelProgram, estimate: dict[str, Any], validation: Verdict,
-              report: dict[str, Any], provenance: dict[str, str] | None = None) -> dict[str, Any]:
+              baseline: KernelProgram, estimate: EstimatesJSON, validation: Verdict,
+              report: ReportJSON, provenance: dict[str, str] | None = None) -> ResponseJSON:
     """The response for `program` in `lowered`'s kernels, checked against its model; the baseline's
     kernels go with it so a report can draw the program before and after."""
     return typed({"id": identity, "program": program, "kernels": [k.to_dict() for k in lowered.kernels],
@@ -176,7 +177,7 @@ def _response(identity: str, profile: HardwareProfile, program: Program, lowered
 
 def _loops(
     tidied: Program, profile: HardwareProfile, options: OptimizeOptions, extra_rules: Sequence[NamedRule]
-) -> tuple[Program, list[Program], list[dict[str, Any]], float]:
+) -> tuple[Program, list[Program], list[NestedReportJSON], float]:
     """Loop bodies optimized through the whole pipeline, with and without the scans' per-step
     input projections hoisted into one GEMM over every step (real mode), the loops' new invariants
     (a weight concatenated in a body) moved out again; the cheaper under the baseline's policy is
@@ -231,7 +232,7 @@ def with_pallas_kernels(candidate: Program, lowered: KernelProgram, written: Pro
 
 def _as_xla_runs_it(candidate: Program, lowered: KernelProgram, written: Program,
                     baseline: KernelProgram, profile: HardwareProfile, notes: list[str]
-                    ) -> tuple[Program, KernelProgram, dict[str, Any]]:
+                    ) -> tuple[Program, KernelProgram, FusionChoiceJSON]:
     """The program to return, its kernels as XLA groups it (the fused kernels it carries as chosen),
     priced as the baseline is, and the fusion report's say: what was chosen (the baseline's program
     where the search's gains less than the profile's `min_speedup`) and the search's program's
@@ -255,7 +256,7 @@ def _loop_notes(moved: int, hoisted: int) -> list[str]:
 
 
 def _kernels(found: Search, written: Program, baseline: KernelProgram, profile: HardwareProfile,
-             options: OptimizeOptions, notes: list[str]) -> tuple[Program, KernelProgram, dict[str, Any]]:
+             options: OptimizeOptions, notes: list[str]) -> tuple[Program, KernelProgram, FusionChoiceJSON]:
     """The program to return, its kernels and the fusion report: the search's program with its
     extracted kernels, or a policy's where cheaper (a piecewise search's kernels end at its cuts, a
     policy's need not); the baseline's program (`written`) where that is no slower or the gain is
@@ -292,8 +293,9 @@ def _gain_below_min_speedup(baseline: KernelProgram, lowered: KernelProgram, pro
     return True
 
 
-def _report(found: Search, fusion_report: dict[str, Any], timings: dict[str, float], background: dict[str, float],
-            notes: list[str], control_flow: Any, program: Program, candidate: Program) -> dict[str, Any]:
+def _report(found: Search, fusion_report: FusionChoiceJSON, timings: dict[str, float], background: dict[str, float],
+            notes: list[str], control_flow: list[NestedReportJSON] | None, program: Program, candidate: Program
+            ) -> ReportJSON:
     saturation, fusion, sizes = found.saturation, found.fusion, found.egraph
     return {
         "rewrites": {**saturation.rules_fired, **fusion.rules_fired},
@@ -325,7 +327,7 @@ def _stop_reason(saturation, fusion) -> str:
     return fusion.stop_reason if fusion.stop_reason == "time_limit" else saturation.stop_reason
 
 
-def _extraction_report(extraction: Extraction) -> dict[str, Any]:
+def _extraction_report(extraction: Extraction) -> ExtractionJSON:
     return {"method": extraction.method, "cost_s": extraction.cost, "candidate_enodes": extraction.candidates,
             "optimality_gap": getattr(extraction, "optimality_gap", None),
             "status": getattr(extraction, "status", "heuristic")}
@@ -336,8 +338,8 @@ def _ratio(reference: KernelProgram, optimized: KernelProgram) -> float:
 
 
 def _estimates(profile: HardwareProfile, naive: KernelProgram, baseline: KernelProgram,
-               optimized: KernelProgram, programs: list[dict], egraph: EGraphFloor | None = None,
-               attention_kernels: bool = False) -> dict[str, Any]:
+               optimized: KernelProgram, programs: list[Program], egraph: EGraphFloor | None = None,
+               attention_kernels: bool = False) -> EstimatesJSON:
     floor = lower_bound(programs, profile, egraph.times if egraph else None, attention_kernels)
     proof = {r: "exact" if r in egraph.exact else "heaviest_path" for r in FLOOR_RESOURCES} if egraph else None
     return {

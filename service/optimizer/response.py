@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from costmodel.formulas import BOUNDS
+from validation.response_json import ResponseJSON
 from wire.format import FORMAT
 
 Bound = Literal[BOUNDS]  # type: ignore[valid-type]
@@ -128,6 +129,9 @@ class Validation(_Open):
     region_share: float | None = Field(None, description="share of the program inside rewritten regions")
     roots: list[str] | None = Field(None, description="original values the regions stand for")
     pieces: list[str] | None = Field(None, description="each searched piece's criterion (criterion pieces)")
+    failed_output: int | None = Field(None, description="when failed: the output (for criterion regions, the "
+                                                        "region root, an index into `roots`) that differed")
+    failed_error: float | None = Field(None, description="when failed: its relative error")
 
 
 class FusionEgraph(_Open):
@@ -209,7 +213,7 @@ class SweepResponse(_Open):
     distinct_programs: int = Field(description="how many different programs the grid chose")
 
 
-def typed(response: dict[str, Any]) -> dict[str, Any]:
+def typed(response: ResponseJSON) -> ResponseJSON:
     """`response` checked against the model and as the model writes it (JSON types, fields the
     pipeline left out absent rather than null)."""
     return OptimizeResponse.model_validate(response).model_dump(mode="json", exclude_unset=True)

@@ -3,8 +3,8 @@ required where they are required, so the types below the boundary say what a pro
 from __future__ import annotations
 
 import pytest
-from pydantic import BaseModel
 
+from tests.typed_json import model_keys
 from wire import json_types
 from wire.format import ConstSpec, InputSpec, TensorSpec, WireEqn, WireLiteral, WireProgram
 
@@ -12,17 +12,9 @@ PAIRS = [(json_types.Tensor, TensorSpec), (json_types.Input, InputSpec), (json_t
          (json_types.Lit, WireLiteral), (json_types.Eqn, WireEqn), (json_types.Program, WireProgram)]
 
 
-def _keys(model: type[BaseModel]) -> tuple[set[str], set[str]]:
-    """(every key, the required keys) of `model`'s JSON, by alias."""
-    names = {name: field.alias or name for name, field in model.model_fields.items()}
-    return set(names.values()), {names[n] for n, f in model.model_fields.items() if f.is_required()}
-
-
 @pytest.mark.parametrize("typed, model", PAIRS, ids=[m.__name__ for _, m in PAIRS])
 def test_each_typed_form_has_the_models_keys_required_alike(typed, model):
-    every, required = _keys(model)
-    assert set(typed.__annotations__) == every
-    assert set(typed.__required_keys__) == required
+    assert (set(typed.__annotations__), set(typed.__required_keys__)) == model_keys(model)
 
 
 def test_a_validated_program_dumps_to_the_keys_its_type_declares():

@@ -17,6 +17,8 @@ from rewrites.terms import Term
 from service.optimizer.debug import bisect, debug
 from service.optimizer.options import OptimizeOptions
 from service.optimizer.pipeline import optimize
+from tests.typed_json import undeclared
+from validation.debug_json import DebugJSON
 from wire.capture import capture
 from wire.format import WireError
 
@@ -45,6 +47,7 @@ def test_the_debugger_names_the_unsound_rule_and_the_kernel_it_built():
                    response["report"]["rewrites"], bisect_rules=True, extra_rules=[TANH_IS_IDENTITY],
                    provenance=response["provenance"])
     assert report["validation"]["status"] == "failed"
+    assert undeclared(report, DebugJSON, "report") == []  # the typed findings say all it holds
     first = report["first_divergent"]
     outputs = {o["stands_for"]: o for o in first["outputs"]}
     assert outputs[original["outputs"][1]]["diverges"]
