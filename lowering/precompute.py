@@ -44,7 +44,7 @@ class PrecomputedProgram:
     """The program as a function of its flat inputs, its weight-only part run again only when a
     weight argument is a different object (or one that may have changed: not a JAX array)."""
 
-    def __init__(self, program: Program, ahead: dict[str, Any], per_call: dict[str, Any]):
+    def __init__(self, program: Program, ahead: Program, per_call: Program):
         self.weights = [k for k, s in enumerate(program["inputs"]) if s.get("role") == "weight"]
         self.ahead = jitted_program(ahead)
         self.per_call = jitted_program(per_call)

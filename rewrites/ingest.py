@@ -19,7 +19,7 @@ from rewrites.egraphs import Role, close_egraph, open_egraph
 from rewrites.params import ParamsTable
 from rewrites.terms import (BINARY_OPS, REDUCE_OPS, UNARY_OPS, Term, dtype, float_bits, ivec, literal_value, output,
                             shape, slot_hi, slot_lo)
-from wire.json_types import Eqn, Lit, Program
+from wire.json_types import Eqn, Lit, Program, Tensor
 from wire.params import strip_none_defaults
 
 # Term's constructors and the analyses, built as declarations (rewrites/egglog_internals.py): ingest makes
@@ -236,7 +236,7 @@ def let_name(program: int, eqn: int, out: int) -> str:
     return f"{f'a{program}' if program else ''}e{eqn}_{out}"
 
 
-def ingest(program: Program, alternatives: Sequence[dict[str, Any]] = (), role: Role = "algebra"
+def ingest(program: Program, alternatives: Sequence[Program] = (), role: Role = "algebra"
            ) -> LoadedProgram:
     """Load a (type-checked) wire program into an empty e-graph kept for `role`'s rules; each
     alternative (an equivalent program over the same inputs and consts) is loaded too, its outputs
@@ -260,7 +260,7 @@ class _Loader:
     """The lets and analysis facts that load a program and its alternatives, built before any of
     them reaches egglog (they are registered together, in one call)."""
 
-    def __init__(self, program: Program, alternatives: Sequence[dict[str, Any]]):
+    def __init__(self, program: Program, alternatives: Sequence[Program]):
         self.programs = [program, *alternatives]
         self.table = ParamsTable()
         self.env: dict[str, Term] = {}  # of the program being loaded: wire name -> its term (its let)
@@ -289,7 +289,7 @@ class _Loader:
         self.first_binding: dict[str, str] = {s["name"]: f"x{i}" for i, s in enumerate(leaves)}
         self.loaded: dict[tuple, list[tuple[Term, str]]] = {}
 
-    def bind(self, name: str, term: Term, spec: dict[str, Any] | None, let: str) -> None:
+    def bind(self, name: str, term: Term, spec: Tensor | None, let: str) -> None:
         """`spec` None: `term` is bound already, and its class has its shape and dtype."""
         action, ref = deferred_let(let, term)
         self.lets.append(action)

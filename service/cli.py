@@ -8,7 +8,7 @@ import json
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import httpx
 from pydantic import ValidationError
@@ -16,6 +16,8 @@ from pydantic import ValidationError
 from service.cli_debug import add_debug_command
 from service.client import OptimizeError, optimize_program, validate_programs
 from service.http.settings import Settings, get_settings
+from service.jobqueue.states import StatusListener
+from validation.response_json import ResponseJSON
 from wire.json_types import Program
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
@@ -74,7 +76,7 @@ def _load_request(path: str) -> dict[str, Any]:
     return data if "program" in data else {"program": data}
 
 
-def _summary(response: dict[str, Any]) -> str:
+def _summary(response: ResponseJSON) -> str:
     est, val, rep = response["estimate"], response["validation"], response["report"]
     eqns = rep.get("equations", {})
     lines = [
@@ -97,7 +99,7 @@ def _live(args: argparse.Namespace) -> bool:
 
 
 @contextmanager
-def _progress(args: argparse.Namespace, label: str) -> Iterator[Callable[[dict[str, Any]], None] | None]:
+def _progress(args: argparse.Namespace, label: str) -> Iterator[StatusListener | None]:
     """A listener showing progress live on stderr (service/cli_progress.py), or None when not `_live`."""
     if not _live(args):
         yield None

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from service.client import debug_programs
+from validation.debug_json import DebugJSON
 from wire.json_types import Program
 
 EXIT_OK, EXIT_DIVERGES = 0, 1
@@ -59,7 +60,7 @@ def _debug(args: argparse.Namespace, original: Program) -> int:
     return EXIT_DIVERGES if report["first_divergent"] is not None or blamed else EXIT_OK
 
 
-def debug_table(report: dict[str, Any]) -> str:
+def debug_table(report: DebugJSON) -> str:
     """One row per kernel in execution order (the first diverging one marked), then the summary and
     the bisection's answer."""
     header = ["kernel", "ops", "max rel error", "tolerance", "verdict", "rewrites"]

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Iterator
 
 from rich.console import Console
 from rich.live import Live
 from rich.spinner import Spinner
 from rich.text import Text
 
-Listener = Callable[[dict[str, Any]], None]
+from service.jobqueue.states import JobStatusJSON, StatusListener
+from service.optimizer.progress import Progress
 
 
 class _ProgressLine:
@@ -21,7 +22,7 @@ class _ProgressLine:
     def __init__(self, label: str) -> None:
         self.label, self.facts, self.start = label, {}, time.monotonic()
 
-    def update(self, status: dict[str, Any]) -> None:
+    def update(self, status: JobStatusJSON | Progress) -> None:
         """A job status ({state, progress: {...}}) or the optimizer's own facts ({stage: ...})."""
         facts = {**status.get("progress", {}), **{k: v for k, v in status.items() if k not in ("progress", "id")}}
         self.facts.update({k: v for k, v in facts.items() if v is not None})
@@ -36,7 +37,7 @@ class _ProgressLine:
 
 
 @contextmanager
-def live_progress(label: str, console: Console | None = None) -> Iterator[Listener]:
+def live_progress(label: str, console: Console | None = None) -> Iterator[StatusListener]:
     """A listener for progress reports, shown live on `console` (stderr by default) until the block
     ends; the line is cleared then, so stdout keeps only the result."""
     line = _ProgressLine(label)

@@ -15,13 +15,17 @@ import jax
 
 from lowering.precompute import PrecomputedProgram
 from service import torch_client
-from service.client_result import OptimizeError, OptimizeResult
+from service.client_result import ClientResponseJSON, OptimizeError, OptimizeResult
 from service.http.api_models import count_equations, error_status, resolve_hardware
 from service.http.settings import get_settings, request_options
+from service.jobqueue.states import StatusListener
 from service.optimizer.caller_heap import CALLER_HEAP
-from service.optimizer.options import OptimizeOptions
+from service.optimizer.options import OptimizeOptions, OptionsJSON
 from service.optimizer.progress import listening, stage
 from service.optimizer.response import OptimizeResponse
+from validation.debug_json import DebugJSON, KernelToCheck
+from validation.response_json import ResponseJSON
+from validation.verdict import Verdict
 from wire.capture import capture, capture_with_trees
 from wire.execute import program_to_callable
 from wire.json_types import Program
@@ -40,8 +44,8 @@ JOB_POLL_S = 0.2
 
 def optimize_program(program: Program, *, server: str | None = None,
                      hardware: str | dict | None = DEFAULT_HARDWARE, timeout: float = 120,
-                     options: dict[str, Any] | None = None,
-                     progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+                     options: OptionsJSON | None = None,
+                     progress: StatusListener | None = None) -> ResponseJSON:
     """The /v1/optimize response for a wire program: from `server`, or run in-process. A server is
     sent a job (submitted, then polled, `progress` called with each new status) when `progress` is
     given or the program has JOB_MIN_EQUATIONS equations or more; a small one is POSTed at once.
@@ -70,7 +74,7 @@ def optimize_program(program: Program, *, server: str | None = None,
 
 
 def validate_programs(original: Program, candidate: Program, *, server: str | None = None,
-                      fp_mode: str = "real", seed: int = 0, timeout: float = 120) -> dict[str, Any]:
+                      fp_mode: str = "real", seed: int = 0, timeout: float = 120) -> Verdict:
     """The /v1/validate verdict on two wire programs: POSTed to `server`, or run in-process."""
     body = {"original": original, "candidate": candidate, "fp_mode": fp_mode, "seed": seed}
     if server is not None:
@@ -81,12 +85,12 @@ def validate_programs(original: Program, candidate: Program, *, server: str | No
         return translation.validate_programs(original, candidate, fp_mode, seed)
 
 
-def debug_programs(original: Program, optimized: Program, *, kernels: list[dict[str, Any]] | None = None,
+def debug_programs(original: Program, optimized: Program, *, kernels: list[KernelToCheck] | None = None,
                    rewrites: dict[str, int] | None = None, provenance: dict[str, str] | None = None,
                    server: str | None = None,
-                   hardware: str | dict | None = None, options: dict[str, Any] | None = None,
+                   hardware: str | dict | None = None, options: OptionsJSON | None = None,
                    bisect_rules: bool = False, bisect_time_limit_s: float | None = None, seed: int = 0,
-                   timeout: float = 600) -> dict[str, Any]:
+                   timeout: float = 600) -> DebugJSON:
     """The /v1/debug report (service/optimizer/debug.py) on `optimized` against `original`: POSTed to
     `server`, or run in-process; OptimizeError (422) naming the field when their signatures differ.
     The bisection's budget is `bisect_time_limit_s` (default: the server's maximum time limit; in
@@ -119,7 +123,7 @@ def _client_errors(route: str) -> Iterator[None]:
 
 
 def validate(fn_original: Callable[..., Any], fn_candidate: Callable[..., Any], *args: Any,
-             server: str | None = None, fp_mode: str = "real", seed: int = 0) -> dict[str, Any]:
+             server: str | None = None, fp_mode: str = "real", seed: int = 0) -> Verdict:
     """Whether `fn_candidate` computes what `fn_original` does at arguments like `args` (shapes and
     dtypes are what count): both captured and checked by translation validation. The verdict's
     `status` is passed, failed, inconclusive (with the `reason`) or identical."""
@@ -128,7 +132,7 @@ def validate(fn_original: Callable[..., Any], fn_candidate: Callable[..., Any], 
 
 
 def _run_job(server: str, body: dict[str, Any], timeout: float,
-             progress: Callable[[dict[str, Any]], None] | None) -> dict[str, Any]:
+             progress: StatusListener | None) -> ResponseJSON:
     """Submit `body` as a job and poll it to its end; past `timeout` the job is cancelled."""
     base = server.rstrip("/")
     job = _answer(_request("post", base + "/v1/jobs", timeout, json=body), "/v1/jobs", (202,))
@@ -172,7 +176,7 @@ def _answer(reply: httpx.Response, route: str, ok: tuple[int, ...] = (200,)) -> 
     return reply.json()
 
 
-def _result(response: dict[str, Any], in_tree: Any, out_tree: Any, original: Program) -> OptimizeResult:
+def _result(response: ClientResponseJSON, in_tree: Any, out_tree: Any, original: Program) -> OptimizeResult:
     """The response with a callable over the pytree arguments `in_tree` describes. Weight-only
     work (weights are constant across calls) runs once per weight set, not on every call."""
     program = response["program"]
@@ -192,7 +196,7 @@ def _result(response: dict[str, Any], in_tree: Any, out_tree: Any, original: Pro
 
 def optimize(fn: Callable[..., Any], *args: Any, server: str | None = None,
              hardware: str | dict | None = DEFAULT_HARDWARE, weight_argnums: Sequence[int] = (),
-             timeout: float = 120, progress: Callable[[dict[str, Any]], None] | None = None,
+             timeout: float = 120, progress: StatusListener | None = None,
              **options: Any) -> OptimizeResult:
     """Capture `fn` at `args`, optimize it, and return the result with `.fn` taking the same
     pytree arguments as `fn`. `options` are OptimizeOptions fields (validate=, fp_mode=, ...);
@@ -210,7 +214,8 @@ def optimize(fn: Callable[..., Any], *args: Any, server: str | None = None,
 
 
 def _optimize(fn: Callable[..., Any], args: tuple, server: str | None, hardware: str | dict | None,
-              weight_argnums: Sequence[int], timeout: float, progress: Callable[[dict[str, Any]], None] | None,
+              weight_argnums: Sequence[int], timeout: float,
+              progress: StatusListener | None,
               options: dict[str, Any]) -> OptimizeResult:
     model_kwargs = {k: options.pop(k) for k in list(options) if k not in OptimizeOptions.names()}
     stages: dict[str, float] = {}  # the client's own, added to the optimizer's
@@ -250,7 +255,7 @@ def _optimize(fn: Callable[..., Any], args: tuple, server: str | None, hardware:
     return result
 
 
-def _timed_request(stages: dict[str, float], send: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+def _timed_request(stages: dict[str, float], send: Callable[[], ResponseJSON]) -> ClientResponseJSON:
     """`send()`'s response; `stages["client"]` gets the request's time outside the optimizer's own
     stages (serialization, transport, a job's queueing, first imports; a cached response's stages
     are those of the request that computed it)."""
@@ -266,7 +271,7 @@ class OptimizedFunction:
 
     def __init__(self, fn: Callable[..., Any], *, server: str | None, hardware: str | dict | None,
                  static_argnums: Sequence[int], static_argnames: Sequence[str],
-                 weight_argnums: Sequence[int], on_error: str, options: dict[str, Any]):
+                 weight_argnums: Sequence[int], on_error: str, options: OptionsJSON):
         if on_error not in ON_ERROR:
             raise ValueError(f"on_error must be one of {', '.join(map(repr, ON_ERROR))}, not {on_error!r}")
         functools.update_wrapper(self, fn)
@@ -340,7 +345,7 @@ class OptimizedFunction:
 
 def _optimize_split(traced: Callable[..., Any], dyn_args: tuple, dyn_kwargs: dict,
                     weights: set[int], server: str | None, hardware: str | dict | None,
-                    options: dict[str, Any]) -> OptimizeResult:
+                    options: OptionsJSON) -> OptimizeResult:
     """`optimize` of traced(dyn_args, dyn_kwargs), marking the leaves of weight args as weights.
 
     Weights are nested one level down (inside dyn_args), so roles are set on the captured program

@@ -7,7 +7,9 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, TextIO
 
+from lowering.kernel_json import EstimatesJSON, KernelJSON
 from lowering.precompute import PrecomputedProgram
+from validation.response_json import ReportJSON, ResponseJSON
 from validation.verdict import Verdict
 from wire.json_types import Program
 
@@ -22,26 +24,30 @@ class OptimizeError(RuntimeError):
         self.detail = detail
 
 
+class ClientResponseJSON(ResponseJSON, total=False):
+    torch_validation: Verdict  # a PyTorch model's: the optimized program checked against PyTorch itself
+
+
 @dataclass
 class OptimizeResult:
     """One optimization. The dict attributes are exactly the JSON response's fields; `precomputed`
     runs `fn`'s weight-only work (None when the program has none, or no weights)."""
 
-    response: dict[str, Any]
+    response: ClientResponseJSON
     fn: Callable[..., Any] = field(repr=False)
     precomputed: PrecomputedProgram | None = field(default=None, repr=False)
     original: Program | None = field(default=None, repr=False)  # the captured program that was optimized
 
     @property
-    def program(self) -> dict[str, Any]:
+    def program(self) -> Program:
         return self.response["program"]
 
     @property
-    def kernels(self) -> list[dict[str, Any]]:
+    def kernels(self) -> list[KernelJSON]:
         return self.response["kernels"]
 
     @property
-    def estimate(self) -> dict[str, Any]:
+    def estimate(self) -> EstimatesJSON:
         return self.response["estimate"]
 
     @property
@@ -49,7 +55,7 @@ class OptimizeResult:
         return self.response["validation"]
 
     @property
-    def report(self) -> dict[str, Any]:
+    def report(self) -> ReportJSON:
         return self.response["report"]
 
     def report_html(self) -> str:

@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from service.client import DEFAULT_HARDWARE, optimize_program
 from service.torch_client import TorchFunction
+from validation.response_json import ResponseJSON
 from wire.torch_capture import TorchCaptureError, capture_torch
 
 # options torch.compile passes that are the client's, not OptimizeOptions fields
@@ -26,7 +27,7 @@ class _Responses:
     def __init__(self, kept: int):
         self.kept, self.by_request, self.lock = kept, OrderedDict(), threading.Lock()
 
-    def get(self, request: dict[str, Any], optimize: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    def get(self, request: dict[str, Any], optimize: Callable[[], ResponseJSON]) -> ResponseJSON:
         key = hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
         with self.lock:
             if key in self.by_request:
@@ -86,7 +87,7 @@ class _SignatureCache:
         self.client = {k: options.pop(k) for k in CLIENT_OPTIONS if k in options}
         self.options = options
         self.compiled: dict[tuple, Callable[..., Any]] = {}
-        self.responses: dict[tuple, dict[str, Any]] = {}
+        self.responses: dict[tuple, ResponseJSON] = {}
         self._lock = threading.Lock()
 
     def __call__(self, *args: Any) -> Any:

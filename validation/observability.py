@@ -4,18 +4,17 @@ region disagrees with the original value it was paired with but the whole progra
 cannot see it" (inconclusive)."""
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from validation.compare import output_error
 from validation.inputs import InputDraws, random_inputs
 from validation.regions import cone
+from validation.verdict import DrawFinding
 from validation.widen import Widened, widen
 from wire.json_types import Program
 
 
-def change_shows(original: Program, value: str, relative: float, runs: list[dict[str, Any]],
+def change_shows(original: Program, value: str, relative: float, runs: list[DrawFinding],
                  draws: InputDraws | None = None) -> bool:
     """Whether, on every one of `runs` (a whole run's draws: seed, fan_in_scaled, contraction and
     its threshold), moving `value` by `relative` of its largest magnitude, in a seeded random

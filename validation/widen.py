@@ -66,12 +66,12 @@ def float64_callable(program: Program) -> Callable[..., list[Any]]:
         return program_to_callable(promote_to_float64(program))
 
 
-def check_jit(fn: Callable[..., Any], programs: Iterable[dict[str, Any]]) -> Callable[..., Any]:
+def check_jit(fn: Callable[..., Any], programs: Iterable[Program]) -> Callable[..., Any]:
     """`jax.jit` for a float64 check's program `fn`, which runs `programs` in float64."""
     return jax.jit(fn, compiler_options=check_compiler_options(programs))
 
 
-def check_compiler_options(programs: Iterable[dict[str, Any]]) -> dict[str, Any]:
+def check_compiler_options(programs: Iterable[Program]) -> dict[str, Any]:
     """`GROUPED_CONVOLUTION_CHECK_OPTIONS` where one of `programs` runs a grouped convolution, else
     `CHECK_COMPILER_OPTIONS`."""
     return GROUPED_CONVOLUTION_CHECK_OPTIONS if any(map(_convolves_in_groups, programs)) else CHECK_COMPILER_OPTIONS

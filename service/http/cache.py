@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from service.http.settings import Settings
+from validation.response_json import ResponseJSON
 
 log = logging.getLogger("optu.cache")
 
@@ -36,7 +37,7 @@ class CacheObserver(Protocol):
 
     def cache_lookup(self, hit: bool) -> None: ...
 
-    def optimized(self, response: dict[str, Any]) -> None: ...
+    def optimized(self, response: ResponseJSON) -> None: ...
 
 
 def _checksum(payload: str) -> str:
@@ -60,14 +61,14 @@ class ResultCache:
             return RedisCache(client, observer)
         return SQLiteCache(Path(settings.cache_dir), observer)
 
-    def get(self, key: str) -> dict[str, Any] | None:
+    def get(self, key: str) -> ResponseJSON | None:
         """The stored response marked `cache: "hit"`, or None (absent, corrupt, or cache down)."""
         response = self._load(key)
         if self.observer is not None:
             self.observer.cache_lookup(response is not None)
         return None if response is None else response | {"cache": "hit"}
 
-    def put(self, key: str, response: dict[str, Any]) -> dict[str, Any]:
+    def put(self, key: str, response: ResponseJSON) -> ResponseJSON:
         """Store a freshly computed response; returns it unchanged so a route can `return put(...)`."""
         if self.observer is not None:
             self.observer.optimized(response)
@@ -81,12 +82,12 @@ class ResultCache:
             log.warning("cache write failed: %s: %s", type(exc).__name__, exc)
         return response
 
-    def stored(self, key: str) -> dict[str, Any] | None:
+    def stored(self, key: str) -> ResponseJSON | None:
         """Any response this cache holds under `key`, a deadline's stopgap included (for reports:
         every result the server returned stays reportable by its id); None when there is none."""
         return self._load(key) or self._load(STOPGAP_PREFIX + key)
 
-    def _load(self, key: str) -> dict[str, Any] | None:
+    def _load(self, key: str) -> ResponseJSON | None:
         try:
             entry = self._read(key)
         except Exception as exc:  # a cache outage is a miss, not an error for the client

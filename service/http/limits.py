@@ -2,14 +2,14 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Iterator
+from typing import Iterator
 
 from wire.format import WireError
-from wire.json_types import Program
+from wire.json_types import Program, Tensor
 
 
 def _tensors(program: Program, where: str = "",
-             top_eqn: int | None = None) -> Iterator[tuple[dict[str, Any], str, int | None]]:
+             top_eqn: int | None = None) -> Iterator[tuple[Tensor, str, int | None]]:
     """(spec, field, top-level eqn index) for every declared tensor, nested bodies included."""
     for kind in ("inputs", "consts"):
         for i, spec in enumerate(program.get(kind) or []):

@@ -15,7 +15,7 @@ import sys
 import time
 import uuid
 from contextvars import ContextVar
-from typing import Any, Protocol
+from typing import Protocol
 
 from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -24,6 +24,7 @@ from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.http.settings import Settings
+from validation.response_json import ResponseJSON
 
 access_log = logging.getLogger("optu.access")
 
@@ -33,7 +34,7 @@ MAX_REQUEST_ID = 128  # a client-chosen id longer than this (or not printable) i
 
 # Per-request facts gathered below the middleware (the cache outcome). The middleware installs a
 # fresh dict; sync routes run in a copy of the context, which still holds this same dict.
-_request_facts: ContextVar[dict[str, Any] | None] = ContextVar("optu_request_facts", default=None)
+_request_facts: ContextVar[dict[str, str | None] | None] = ContextVar("optu_request_facts", default=None)
 
 
 class JobCounts(Protocol):
@@ -87,7 +88,7 @@ class Metrics:
         if facts is not None:
             facts["cache"] = outcome
 
-    def optimized(self, response: dict[str, Any]) -> None:
+    def optimized(self, response: ResponseJSON) -> None:
         """Stage timings of a response the pipeline just computed (hits carry stale ones)."""
         timings = (response.get("report") or {}).get("timings_s") or {}
         for stage, seconds in timings.items():
@@ -157,7 +158,7 @@ class MetricsMiddleware:
             await self.app(scope, receive, send)
             return
         rid = _request_id(scope)
-        facts: dict[str, Any] = {"cache": None}
+        facts: dict[str, str | None] = {"cache": None}  # a lookup of the result cache says hit or miss
         token = _request_facts.set(facts)
         status = 500  # what the client gets if the app raises before starting a response
         start = time.perf_counter()

@@ -5,7 +5,6 @@ options and request id (`prepare`), then run in the worker pool or, without one,
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from fastapi import FastAPI, HTTPException
 from starlette.concurrency import run_in_threadpool
@@ -17,8 +16,9 @@ from service.http.settings import Settings, request_options
 from service.jobqueue.jobs import Cancelled, Ticket
 from service.optimizer import pipeline
 from service.optimizer.options import OptimizeOptions
-from service.optimizer.progress import Listener, listening
+from service.optimizer.progress import Listener, Progress, listening
 from service.optimizer.request_key import canonical_request_id
+from validation.response_json import ResponseJSON
 from wire.format import WireError, WireProgram
 from wire.json_types import Program
 
@@ -42,28 +42,28 @@ async def prepare(body: OptimizeRequest, settings: Settings) -> Prepared:
     )
 
 
-async def run(app: FastAPI, program: Program, hardware: Any, options: OptimizeOptions,
-              on_progress: Listener | None = None, ticket: Ticket | None = None) -> dict[str, Any]:
+async def run(app: FastAPI, program: Program, hardware: str | HardwareProfile, options: OptimizeOptions,
+              on_progress: Listener | None = None, ticket: Ticket | None = None) -> ResponseJSON:
     """`pipeline.optimize` in a worker, or on a thread when the app has no pool (OPTU_WORKERS=0);
     there a cancelled ticket stops the search after its current saturation step or stage."""
     if app.state.pool is not None:
         # a job (it has a ticket) waits for a worker however many wait: the job store bounds jobs
         return await app.state.pool.submit(program, hardware, options, on_progress, ticket, bounded=ticket is None)
 
-    def listener(facts: dict[str, Any]) -> None:
+    def listener(facts: Progress) -> None:
         if ticket is not None and ticket.cancelled:
             raise Cancelled("cancelled while running")
         if on_progress is not None:
             on_progress(facts)
 
-    def optimize_here() -> dict[str, Any]:
+    def optimize_here() -> ResponseJSON:
         with listening(listener):
             return pipeline.optimize(program, hardware, options)
 
     return await run_in_threadpool(optimize_here)
 
 
-def program_within_limits(wire: WireProgram, settings: Settings, field: str = "program") -> dict[str, Any]:
+def program_within_limits(wire: WireProgram, settings: Settings, field: str = "program") -> Program:
     """The program exactly as the client sent it (aliases, literal objects), so the in-process
     client and HTTP produce the same request id and result; 422 beyond OPTU_MAX_EQUATIONS or
     OPTU_MAX_TENSOR_ELEMENTS."""

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 from typing import Any, Callable, Protocol
 
+from costmodel.profile import HardwareProfile
 from service.jobqueue.broker import Timing
 from service.jobqueue.local_store import JobStore, Runner
 from service.jobqueue.pool import Cancelled, QueueFull, Ticket, WorkerDied, WorkerPool
 from service.jobqueue.queue_store import QueueJobStore
-from service.jobqueue.states import JobFinished, JobQueueFull, NoResult, ResultCache, State, UnknownJob
+from service.jobqueue.states import JobFinished, JobQueueFull, JobStatusJSON, NoResult, ResultCache, State, UnknownJob
+from service.optimizer.options import OptimizeOptions
+from validation.response_json import ResponseJSON
 from wire.json_types import Program
 
 __all__ = ["Jobs", "open_jobs", "JobFinished", "JobQueueFull", "NoResult", "UnknownJob",
@@ -23,13 +26,14 @@ class Jobs(Protocol):
     depth: int
     ttl_s: float
 
-    async def submit(self, key: str, program: Program, hardware: Any, options: Any) -> dict[str, Any]: ...
+    async def submit(self, key: str, program: Program, hardware: str | HardwareProfile,
+                     options: OptimizeOptions) -> JobStatusJSON: ...
 
-    async def status(self, job_id: str) -> dict[str, Any]: ...
+    async def status(self, job_id: str) -> JobStatusJSON: ...
 
-    async def result(self, job_id: str) -> dict[str, Any]: ...
+    async def result(self, job_id: str) -> ResponseJSON: ...
 
-    async def cancel(self, job_id: str) -> dict[str, Any]: ...
+    async def cancel(self, job_id: str) -> JobStatusJSON: ...
 
     async def close(self) -> None: ...
 

@@ -8,14 +8,17 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
+from costmodel.profile import HardwareProfile
 from service.jobqueue.pool import Cancelled, Ticket
-from service.jobqueue.states import (CANCELLED_BY_CLIENT, FINISHED, JobFinished, JobQueueFull, NoResult, ResultCache,
-                                     State, UnknownJob, job_status)
-from service.optimizer.progress import Listener
+from service.jobqueue.states import (CANCELLED_BY_CLIENT, FINISHED, JobFinished, JobQueueFull, JobStatusJSON, NoResult,
+                                     ResultCache, State, UnknownJob, job_status)
+from service.optimizer.options import OptimizeOptions
+from service.optimizer.progress import Listener, Progress
+from validation.response_json import ResponseJSON
 from wire.json_types import Program
 
 # (program, hardware, options, on_progress, ticket) -> the response
-Runner = Callable[[dict[str, Any], Any, Any, Listener, Ticket], Awaitable[dict[str, Any]]]
+Runner = Callable[[Program, str | HardwareProfile, OptimizeOptions, Listener, Ticket], Awaitable[ResponseJSON]]
 
 
 @dataclass
@@ -25,8 +28,8 @@ class Job:
     submitted_s: float = field(default_factory=time.monotonic)
     started_s: float | None = None
     finished_s: float | None = None
-    progress: dict[str, Any] = field(default_factory=dict)
-    result: dict[str, Any] | None = None
+    progress: Progress = field(default_factory=Progress)
+    result: ResponseJSON | None = None
     error: Any = None
     ticket: Ticket = field(default_factory=Ticket)
 
@@ -34,10 +37,10 @@ class Job:
         if self.state == "queued":
             self.state, self.started_s = "running", time.monotonic()
 
-    def finish(self, state: State, result: dict[str, Any] | None = None, error: Any = None) -> None:
+    def finish(self, state: State, result: ResponseJSON | None = None, error: Any = None) -> None:
         self.state, self.result, self.error, self.finished_s = state, result, error, time.monotonic()
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> JobStatusJSON:
         """Its status; elapsed_s counts from when a worker took the job."""
         end = self.finished_s if self.finished_s is not None else time.monotonic()
         return job_status(self.id, self.state, self.progress,
@@ -61,10 +64,10 @@ class JobStore:
             raise UnknownJob(job_id)
         return self._jobs[job_id]
 
-    async def status(self, job_id: str) -> dict[str, Any]:
+    async def status(self, job_id: str) -> JobStatusJSON:
         return self._get(job_id).status()
 
-    async def result(self, job_id: str) -> dict[str, Any]:
+    async def result(self, job_id: str) -> ResponseJSON:
         job = self._get(job_id)
         if job.state != "succeeded":
             raise NoResult(job.status())
@@ -86,7 +89,8 @@ class JobStore:
         """Jobs in `state` now (read at each metrics scrape)."""
         return sum(job.state == state for job in self._jobs.values())
 
-    async def submit(self, key: str, program: Program, hardware: Any, options: Any) -> dict[str, Any]:
+    async def submit(self, key: str, program: Program, hardware: str | HardwareProfile,
+                     options: OptimizeOptions) -> JobStatusJSON:
         """The status of request `key`'s job: the one already known (unless it failed or was
         cancelled), one finished at once from the cache, or a new one, queued."""
         self._forget_expired()
@@ -108,7 +112,7 @@ class JobStore:
         task.add_done_callback(self._tasks.discard)
         return job.status()
 
-    async def cancel(self, job_id: str) -> dict[str, Any]:
+    async def cancel(self, job_id: str) -> JobStatusJSON:
         job = self._get(job_id)
         if job.state in FINISHED:
             raise JobFinished(f"job {job_id!r} has already finished ({job.state})")
@@ -116,10 +120,11 @@ class JobStore:
         await asyncio.to_thread(job.ticket.cancel)  # kills the worker serving it, if any
         return job.status()
 
-    async def _execute(self, job: Job, program: Program, hardware: Any, options: Any) -> None:
+    async def _execute(self, job: Job, program: Program, hardware: str | HardwareProfile,
+                       options: OptimizeOptions) -> None:
         loop = asyncio.get_running_loop()
 
-        def on_progress(facts: dict[str, Any]) -> None:  # from a pool thread: hand it to the loop
+        def on_progress(facts: Progress) -> None:  # from a pool thread: hand it to the loop
             loop.call_soon_threadsafe(_record, job, facts)
 
         job.ticket.on_start = job.start
@@ -143,7 +148,7 @@ class JobStore:
                 await asyncio.to_thread(job.ticket.cancel)
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    def _finish(self, job: Job, state: State, result: dict[str, Any] | None = None, error: Any = None) -> None:
+    def _finish(self, job: Job, state: State, result: ResponseJSON | None = None, error: Any = None) -> None:
         job.finish(state, result, error)
         if self._on_finish is not None:
             self._on_finish(state, job.finished_s - job.submitted_s)
@@ -154,7 +159,7 @@ class JobStore:
             del self._jobs[key]
 
 
-def _record(job: Job, facts: dict[str, Any]) -> None:
+def _record(job: Job, facts: Progress) -> None:
     if job.state in FINISHED:
         return
     job.start()

@@ -29,6 +29,7 @@ from service.optimizer import pipeline
 from service.optimizer.options import OptimizeOptions
 from service.optimizer.progress import Listener, listening
 from service.optimizer.warm_up import settle_start_up_heap, warm_up
+from validation.response_json import ResponseJSON
 from wire.json_types import Program
 
 log = logging.getLogger(__name__)
@@ -203,7 +204,7 @@ class WorkerProcess:
             self.conn.close()
 
 
-def answer(kind: str, value: Any, request: tuple, deadline_grace_s: float) -> dict[str, Any]:
+def answer(kind: str, value: Any, request: tuple, deadline_grace_s: float) -> ResponseJSON:
     """The response to a `WorkerProcess.exchange` of `request` = (program, hardware, options):
     its result, the error it raised, or at a deadline the original program; WorkerDied if the
     worker died without answering."""
@@ -294,7 +295,7 @@ class WorkerPool:
     # -- requests ------------------------------------------------------------------------------
     async def submit(self, program: Program, hardware: HardwareProfile,
                      options: OptimizeOptions, on_progress: Listener | None = None,
-                     ticket: Ticket | None = None, bounded: bool = True) -> dict[str, Any]:
+                     ticket: Ticket | None = None, bounded: bool = True) -> ResponseJSON:
         """`pipeline.optimize` in a worker, its progress reports handed to `on_progress` (on a pool
         thread). Raises what the pipeline raised (client errors keep their type and fields),
         QueueFull (only when `bounded`: a caller with its own bound waits), WorkerDied, or Cancelled

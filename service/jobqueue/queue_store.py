@@ -9,15 +9,16 @@ import logging
 import math
 import time
 import uuid
-from typing import Any, Callable
+from typing import Callable
 
 import redis
 
 from costmodel.profile import HardwareProfile
 from service.jobqueue.broker import ACTIVE, REDELIVERIES, TASK, WORKER_PREFIX, JobKeys, Timing, queue_app
-from service.jobqueue.states import (CANCELLED_BY_CLIENT, FINISHED, JobFinished, JobQueueFull, NoResult, ResultCache,
-                                     State, UnknownJob, job_status)
+from service.jobqueue.states import (CANCELLED_BY_CLIENT, FINISHED, JobFinished, JobQueueFull, JobStatusJSON, NoResult,
+                                     ResultCache, State, UnknownJob, job_status)
 from service.optimizer.options import OptimizeOptions
+from validation.response_json import ResponseJSON
 from wire.json_types import Program
 
 log = logging.getLogger("optu.jobs")
@@ -40,19 +41,19 @@ class QueueJobStore:
         self._cache, self.depth, self.ttl_s, self._on_finish = cache, depth, ttl_s, on_finish
 
     async def submit(self, key: str, program: Program, hardware: str | HardwareProfile,
-                     options: OptimizeOptions) -> dict[str, Any]:
+                     options: OptimizeOptions) -> JobStatusJSON:
         return await asyncio.to_thread(self._submit, key, program, hardware, options)
 
-    async def status(self, job_id: str) -> dict[str, Any]:
+    async def status(self, job_id: str) -> JobStatusJSON:
         return (await asyncio.to_thread(self._look, job_id))[0]
 
-    async def result(self, job_id: str) -> dict[str, Any]:
+    async def result(self, job_id: str) -> ResponseJSON:
         status, result = await asyncio.to_thread(self._look, job_id)
         if status["state"] != "succeeded":
             raise NoResult(status)
         return result
 
-    async def cancel(self, job_id: str) -> dict[str, Any]:
+    async def cancel(self, job_id: str) -> JobStatusJSON:
         return await asyncio.to_thread(self._cancel, job_id)
 
     async def close(self) -> None:
@@ -90,7 +91,7 @@ class QueueJobStore:
 
     # -- the work, on threads (blocking Redis calls) --------------------------------------------
     def _submit(self, key: str, program: Program, hardware: str | HardwareProfile,
-                options: OptimizeOptions) -> dict[str, Any]:
+                options: OptimizeOptions) -> JobStatusJSON:
         keys = JobKeys(key)
         if record := self.redis.hgetall(keys.record):
             known = self._status(key, record)[0]
@@ -118,10 +119,10 @@ class QueueJobStore:
             )
         return self._look(key)[0]
 
-    def _look(self, job_id: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    def _look(self, job_id: str) -> tuple[JobStatusJSON, ResponseJSON | None]:
         return self._status(job_id, self.redis.hgetall(JobKeys(job_id).record))
 
-    def _status(self, job_id: str, record: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    def _status(self, job_id: str, record: dict[str, str]) -> tuple[JobStatusJSON, ResponseJSON | None]:
         """The job's status and, once it succeeded, its response."""
         if not record:
             raise UnknownJob(job_id)
@@ -141,7 +142,7 @@ class QueueJobStore:
         return job_status(job_id, state, progress, 0.0 if started is None else max(0.0, end - started), error), result
 
     def _observe_end(self, job_id: str, state: State, record: dict[str, str], end: float,
-                     result: dict[str, Any] | None) -> None:
+                     result: ResponseJSON | None) -> None:
         """The first replica to see a job's end counts it (and caches its result)."""
         if record.get("observed") or not self.redis.hsetnx(JobKeys(job_id).record, "observed", 1):
             return
@@ -150,7 +151,7 @@ class QueueJobStore:
         if self._on_finish is not None:
             self._on_finish(state, end - float(record["submitted"]))
 
-    def _cancel(self, job_id: str) -> dict[str, Any]:
+    def _cancel(self, job_id: str) -> JobStatusJSON:
         keys = JobKeys(job_id)
         status = self._look(job_id)[0]
         if status["state"] in FINISHED:

@@ -2,11 +2,34 @@
 errors the job API turns into 4xx, and what a store needs of the result cache."""
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol
+from typing import Any, Callable, Literal, Protocol, TypedDict
+
+from service.optimizer.progress import Progress
+from validation.response_json import ResponseJSON
 
 State = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 FINISHED: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
 CANCELLED_BY_CLIENT = "cancelled by the client"
+
+
+class JobProgressJSON(TypedDict):
+    stage: str | None
+    egraph_nodes: int | None
+    best_estimate_s: float | None
+    elapsed_s: float  # since a worker took the job
+
+
+class JobStatusJSON(TypedDict):
+    """What GET /v1/jobs/{id} answers."""
+
+    id: str
+    state: State
+    progress: JobProgressJSON
+    error: Any  # why it failed or was cancelled: a message or a 4xx's detail
+
+
+# Called with a job's status as it changes (through a server), or with the stages' own reports (in-process).
+StatusListener = Callable[[JobStatusJSON | Progress], None]
 
 
 class JobQueueFull(Exception):
@@ -29,12 +52,12 @@ class JobFinished(Exception):
 class NoResult(Exception):
     """The result of a job that has not succeeded (yet): answer 409 with its status."""
 
-    def __init__(self, status: dict[str, Any]):
+    def __init__(self, status: JobStatusJSON):
         super().__init__(f"job {status['id']!r} is {status['state']}; no result")
         self.status = status
 
 
-def job_status(job_id: str, state: State, progress: dict[str, Any], elapsed_s: float, error: Any) -> dict[str, Any]:
+def job_status(job_id: str, state: State, progress: Progress, elapsed_s: float, error: Any) -> JobStatusJSON:
     """What GET /v1/jobs/{id} answers, whichever store holds the job."""
     return {"id": job_id, "state": state, "error": error,
             "progress": {"stage": "done" if state == "succeeded" else progress.get("stage"),
@@ -45,6 +68,6 @@ def job_status(job_id: str, state: State, progress: dict[str, Any], elapsed_s: f
 class ResultCache(Protocol):
     """The service's result cache, by request id: a finished job's response is put there."""
 
-    def get(self, key: str) -> dict[str, Any] | None: ...
+    def get(self, key: str) -> ResponseJSON | None: ...
 
-    def put(self, key: str, result: dict[str, Any]) -> dict[str, Any]: ...
+    def put(self, key: str, result: ResponseJSON) -> ResponseJSON: ...

@@ -21,7 +21,9 @@ from costmodel.profile import resolve_profile
 from service.jobqueue.broker import (ACTIVE, HEARTBEAT_FILE, MAX_ATTEMPTS, QUEUE, REDELIVERIES, TASK, WORKER_PREFIX,
                                      JobKeys, Timing, beat, queue_app)
 from service.jobqueue.pool import Cancelled, Ticket, WorkerDied, WorkerProcess, answer
-from service.optimizer.options import OptimizeOptions
+from service.optimizer.options import OptimizeOptions, OptionsJSON
+from service.optimizer.progress import Progress
+from validation.response_json import ResponseJSON
 from wire.json_types import Program
 
 log = logging.getLogger("optu.worker")
@@ -59,7 +61,7 @@ class QueueWorker:
         self._running: _Running | None = None
         self._stopped = threading.Event()
 
-        def optimize_job(task: Task, *message: Any) -> dict[str, Any]:  # bound: Celery passes the task
+        def optimize_job(task: Task, *message: Any) -> ResponseJSON:  # bound: Celery passes the task
             return self._optimize_job(task, *message)
 
         self.app.task(name=TASK, bind=True)(optimize_job)
@@ -83,7 +85,7 @@ class QueueWorker:
 
     # -- one job -------------------------------------------------------------------------------
     def _optimize_job(self, task: Task, job_id: str, run: str, program: Program, hardware: Any,
-                      options: dict[str, Any]) -> dict[str, Any]:
+                      options: OptionsJSON) -> ResponseJSON:
         keys = JobKeys(job_id)
         record = self.redis.hgetall(keys.record)
         if record.get("run") != run or record.get("cancelled") or task.AsyncResult(job_id).ready():
@@ -117,7 +119,7 @@ class QueueWorker:
             _release(lease)
 
     def _run(self, task: Task, running: _Running, program: Program, hardware: Any,
-             options: dict[str, Any]) -> dict[str, Any]:
+             options: OptionsJSON) -> ResponseJSON:
         request = (program, resolve_profile(hardware), OptimizeOptions.coerce(options).resolved())  # parsed once, here
         deadline_s = request[2].time_limit_s + self.deadline_grace_s
         self._running = running
@@ -167,10 +169,10 @@ class QueueWorker:
 def _progress_writer(task: Task):
     """A progress listener that writes the job's state (PROGRESS, with the facts so far) to the
     result backend, at most every PROGRESS_EVERY_S unless the stage changes."""
-    facts: dict[str, Any] = {"started": time.time()}
+    facts: dict[str, float | int | str] = {"started": time.time()}  # the progress so far, and when it began
     written = [0.0]
 
-    def on_progress(new: dict[str, Any]) -> None:
+    def on_progress(new: Progress) -> None:
         facts.update(new)
         if "stage" in new or time.monotonic() - written[0] >= PROGRESS_EVERY_S:
             written[0] = time.monotonic()

@@ -18,9 +18,9 @@ from service.optimizer.pipeline import optimize
 from validation.debug_json import BisectionJSON, DebugJSON, KernelToCheck
 from validation.kernel_debug import debug_kernels
 from validation.kernel_provenance import rule_patterns
+from validation.response_json import ResponseJSON
 from validation.rule_bisect import NotFailing, minimal_failing
 from validation.translation import check_signatures
-from validation.response_json import ResponseJSON
 from validation.validate import validate
 from validation.widen import CannotWiden
 from wire.format import JsonInt, WireError, WireProgram, json_int

@@ -11,7 +11,7 @@ median (p10, p90) of estimate / measured, per kind of program.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Sequence, TypedDict
 
 import numpy as np
 from scipy.stats import spearmanr
@@ -29,11 +29,41 @@ from wire.json_types import Program
 KINDS = ("baseline", "optimized")  # the program as written in the baseline's kernels; the returned one
 PASSES = 8  # interleaved timing passes over all kernels
 BUDGET_PER_KERNEL_S = 0.4  # timing time per kernel, over all passes (compilation excluded)
-Checked = tuple[str, dict[str, Any], Sequence[Any]]  # (name, wire program, a value per program input)
+Checked = tuple[str, Program, Sequence[Any]]  # (name, wire program, a value per program input)
+
+
+class KernelTiming(TypedDict, total=False):
+    """One kernel's estimate and, once timed, its measured time (seconds; with the call's dispatch)."""
+
+    model: str
+    program: str  # one of KINDS
+    kernel: int
+    kind: str
+    ops: list[str]
+    inputs: int
+    outputs: int
+    bound: str
+    estimate_s: float
+    measured_s: float  # the best pass
+    pass_median_s: float
+    pass_spread: float  # slowest pass / fastest
+
+
+class RankFit(TypedDict):
+    """How well the estimates rank and scale the measured times of one kind of program's kernels."""
+
+    kernels: int
+    spearman: float
+    p_value: float
+    passes: int
+    median_pass_spread: float
+    median_ratio_estimate_over_measured: float
+    ratio_p10: float
+    ratio_p90: float
 
 
 def program_kernels(name: str, program: Program, values: Sequence[Any],
-                    profile_name: str) -> list[tuple[dict[str, Any], Probe]]:
+                    profile_name: str) -> list[tuple[KernelTiming, Probe]]:
     """(row, probe) for each per-call kernel of `program` as written (in the fair baseline's greedy
     groups) and as optimized on `profile_name`; the probe times the kernel on the values the
     program computes from `values`."""
@@ -60,7 +90,7 @@ def program_kernels(name: str, program: Program, values: Sequence[Any],
 
 
 def measure(programs: Sequence[Checked], profile_name: str, passes: int = PASSES,
-            budget_per_kernel_s: float = BUDGET_PER_KERNEL_S) -> list[dict[str, Any]]:
+            budget_per_kernel_s: float = BUDGET_PER_KERNEL_S) -> list[KernelTiming]:
     """Every per-call kernel of both kinds of each program, timed in interleaved passes."""
     found = [item for name, program, values in programs for item in program_kernels(name, program, values,
                                                                                     profile_name)]
@@ -75,17 +105,17 @@ def measure(programs: Sequence[Checked], profile_name: str, passes: int = PASSES
 
 
 def check_kernels(programs: Sequence[Checked], profile_name: str, passes: int = PASSES,
-                  budget_per_kernel_s: float = BUDGET_PER_KERNEL_S) -> dict[str, dict[str, Any]]:
+                  budget_per_kernel_s: float = BUDGET_PER_KERNEL_S) -> dict[str, RankFit]:
     """How well `profile_name` ranks and scales the measured kernels of each kind of program."""
     return by_kind(measure(programs, profile_name, passes, budget_per_kernel_s), passes)
 
 
-def by_kind(kernels: list[dict[str, Any]], passes: int = PASSES) -> dict[str, dict[str, Any]]:
+def by_kind(kernels: list[KernelTiming], passes: int = PASSES) -> dict[str, RankFit]:
     """`summarize` for each kind of program's kernels."""
     return {kind: summarize([k for k in kernels if k["program"] == kind], passes) for kind in KINDS}
 
 
-def summarize(kernels: list[dict[str, Any]], passes: int = PASSES) -> dict[str, Any]:
+def summarize(kernels: list[KernelTiming], passes: int = PASSES) -> RankFit:
     """Spearman rank correlation of estimated and measured kernel times, and the fitted scale:
     the median (p10, p90) of estimate / measured."""
     est = np.array([k["estimate_s"] for k in kernels])

@@ -1,7 +1,7 @@
 """Request options of /v1/optimize (pydantic, so the OpenAPI schema documents them)."""
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -19,6 +19,20 @@ def _rule_names() -> list[str]:
     from rewrites.schedule import ALGEBRA_RULE_NAMES
 
     return sorted(ALGEBRA_RULE_NAMES)
+
+
+class OptionsJSON(TypedDict, total=False):
+    """The options as a request writes them (keys by alias); any left out take their defaults."""
+
+    time_limit_s: float | None
+    node_limit: int | None
+    iter_limit: int
+    extraction: Literal["auto", "greedy", "ilp"]
+    fp_mode: Literal["exact", "real"]
+    validate: bool
+    lowering: Literal["xla", "pallas"]
+    rules: bool
+    exclude_rules: list[str]
 
 
 class OptimizeOptions(BaseModel):
@@ -75,7 +89,7 @@ class OptimizeOptions(BaseModel):
         return {field.alias or key for key, field in cls.model_fields.items()}
 
     @classmethod
-    def coerce(cls, options: OptimizeOptions | dict | None) -> OptimizeOptions:
+    def coerce(cls, options: OptimizeOptions | OptionsJSON | None) -> OptimizeOptions:
         """`options` as given, a dict validated, None the defaults."""
         return options if isinstance(options, cls) else cls.model_validate(options or {})
 

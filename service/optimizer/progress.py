@@ -6,9 +6,19 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator, TypedDict, Unpack
 
-Listener = Callable[[dict[str, Any]], None]
+
+class Progress(TypedDict, total=False):
+    """What a stage reports as it runs: each report names some of these."""
+
+    stage: str  # the stage running now
+    egraph_nodes: int  # e-nodes of the latest e-graph
+    best_estimate_s: float  # estimated time of the best program found so far
+    point: str  # a sweep's grid point, "k/n"
+
+
+Listener = Callable[[Progress], None]
 
 _listener: ContextVar[Listener | None] = ContextVar("optu_progress", default=None)
 
@@ -23,7 +33,7 @@ def listening(listener: Listener | None) -> Iterator[None]:
         _listener.reset(token)
 
 
-def report(**facts: Any) -> None:
+def report(**facts: Unpack[Progress]) -> None:
     """Tell the listener, if any, e.g. report(stage="saturate") or report(egraph_nodes=1234)."""
     listener = _listener.get()
     if listener is not None:

@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
 
 from costmodel.extract import Exclusive, Extraction, Requires, drop_dominated, extract_greedy_dag
 from costmodel.ilp import cheaper, extract_auto, extract_ilp, proven_minimum
@@ -87,7 +86,7 @@ class Search:
     cycle: str | None = None
     pieces: dict[str, int] = field(default_factory=dict)  # set when searched piecewise
     # when searched piecewise: each distinct piece as written and as searched, which `candidate` stitches
-    searched_pieces: list[tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=list)
+    searched_pieces: list[tuple[Program, Program]] = field(default_factory=list)
     # candidate's value -> the searched program's value in its e-class (lowering/emit.py); empty when stitched
     provenance: dict[str, str] = field(default_factory=dict)
     # per resource, the least any program in the kernel e-graph(s) needs per call (None: no e-graph searched)
@@ -107,7 +106,7 @@ def budget(options: OptimizeOptions) -> Budget:
 
 def search(program: Program, profile: HardwareProfile, options: OptimizeOptions,
            timings: dict[str, float], validation: BackgroundValidation | None = None,
-           alternatives: Sequence[dict[str, Any]] = (), extra_rules: Sequence[NamedRule] = ()) -> Search:
+           alternatives: Sequence[Program] = (), extra_rules: Sequence[NamedRule] = ()) -> Search:
     """Search one (type-checked, control-flow-optimized) program; stage times add to `timings`.
     `validation` gets the algebraic optimum as soon as it is known (fusion only regroups it).
     `alternatives` (equivalent programs over the same inputs and consts: the baseline's, other
@@ -118,7 +117,7 @@ def search(program: Program, profile: HardwareProfile, options: OptimizeOptions,
 
 
 def _search(program: Program, profile: HardwareProfile, options: OptimizeOptions, timings: dict[str, float],
-            validation: BackgroundValidation | None, egraphs: ExitStack, alternatives: Sequence[dict[str, Any]],
+            validation: BackgroundValidation | None, egraphs: ExitStack, alternatives: Sequence[Program],
             extra_rules: Sequence[NamedRule]) -> Search:
     with stage(timings, "ingest"):
         loaded = egraphs.enter_context(ingest(program))
@@ -145,7 +144,7 @@ def _search(program: Program, profile: HardwareProfile, options: OptimizeOptions
         # The program, the alternatives and each distinct algebra, in one e-graph (their outputs
         # are one class): extraction weighs every policy's kernels over each, and can mix them.
         leaves = {s["name"] for s in [*program["inputs"], *program.get("consts", [])]}
-        distinct: list[dict[str, Any]] = []
+        distinct: list[Program] = []
         for candidate in [*alternatives, *untrimmed]:
             reads = {s["name"] for s in [*candidate["inputs"], *candidate.get("consts", [])]}
             if candidate != program and candidate not in distinct and reads <= leaves:  # var indices agree

@@ -36,7 +36,7 @@ def simplify(program: Program, exact: bool = False) -> Program:
 def _simplify_in(program: Program, units: dict[str, tuple[float, tuple[int, ...]]]) -> None:
     avals = {s["name"]: (s["shape"], s["dtype"]) for s in [*program["inputs"], *program.get("consts", [])]}
     alias: dict[str, str] = {}
-    producer: dict[str, dict[str, Any]] = {}
+    producer: dict[str, Eqn] = {}
     seen: dict[str, list[str]] = {}
     eqns = []
     for eqn in program["eqns"]:
@@ -62,7 +62,7 @@ def _simplify_in(program: Program, units: dict[str, tuple[float, tuple[int, ...]
     program["eqns"] = [eqns[i] for i in live_equations(eqns, program["outputs"])]
 
 
-def _identity(eqn: Eqn, avals: dict, producer: dict[str, dict[str, Any]],
+def _identity(eqn: Eqn, avals: dict, producer: dict[str, Eqn],
               units: dict[str, tuple[float, tuple[int, ...]]]) -> str | None:
     """The operand `eqn` computes unchanged (same shape and type), if it does."""
     op, ins, out = eqn["op"], eqn["in"], eqn["out"][0]
@@ -87,7 +87,7 @@ def _literal(operand: Any) -> float | None:
     return float(operand["lit"]) if isinstance(operand, dict) and isinstance(operand.get("lit"), (int, float)) else None
 
 
-def _fold_transposes(eqn: Eqn, producer: dict[str, dict[str, Any]]) -> None:
+def _fold_transposes(eqn: Eqn, producer: dict[str, Eqn]) -> None:
     """In place: a transpose of a transpose reads the first one's operand through both permutations;
     a dot_general reads a transposed operand directly where its dimension numbers can say so."""
     if eqn["op"] == "transpose":

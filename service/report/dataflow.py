@@ -6,10 +6,10 @@ from __future__ import annotations
 import graphlib
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
 from costmodel.op_cost import nbytes
+from lowering.kernel_json import KernelJSON
 from service.report.style import BOUND_COLORS, seconds, size
 
 MAX_OPS_SHOWN = 4  # a fused kernel's label lists its first ops, then how many more
@@ -50,12 +50,12 @@ class DataflowGraph:
     edges: tuple[Edge, ...]
 
 
-def kernel_node(kernel: dict[str, Any], precompute: bool = False) -> str:
+def kernel_node(kernel: KernelJSON, precompute: bool = False) -> str:
     """The graph's node name of a kernel (precompute kernels have their own id space)."""
     return f"{'p' if precompute else 'k'}{kernel['id']}"
 
 
-def _kernel_node(kernel: dict[str, Any], precompute: bool) -> Node:
+def _kernel_node(kernel: KernelJSON, precompute: bool) -> Node:
     ops = kernel["ops"][:MAX_OPS_SHOWN] + ([f"+{len(kernel['ops']) - MAX_OPS_SHOWN} more"]
                                           if len(kernel["ops"]) > MAX_OPS_SHOWN else [])
     when = "once per weight set" if precompute else seconds(kernel["estimate"]["time_s"])
@@ -70,7 +70,7 @@ def _tint(colour: str, share: float = 1 / 3) -> str:
     return "#" + "".join(f"{round(255 - (255 - c) * share):02x}" for c in channels)
 
 
-def dataflow_graph(kernels: list[dict[str, Any]], precompute: list[dict[str, Any]] | None = None,
+def dataflow_graph(kernels: list[KernelJSON], precompute: list[KernelJSON] | None = None,
                    name: str = "dataflow") -> DataflowGraph:
     """The graph of `kernels` (per call, in execution order) and the weight-only `precompute`
     kernels that feed them (dashed). A value no kernel reads is drawn into the outputs node."""

@@ -7,10 +7,12 @@ from typing import Any
 import altair as alt
 
 from costmodel.profile import HardwareProfile
+from lowering.kernel_json import KernelJSON
 from service.report.style import BOUND_COLORS, BOUND_LABELS, seconds, size
 
 WIDTH = 760
 ROW_PX = 18  # one timeline row per kernel
+ChartRow = dict[str, str | float]  # one datum of a chart: its fields by name
 
 
 def _bound_colour() -> alt.Color:
@@ -18,14 +20,14 @@ def _bound_colour() -> alt.Color:
                                                                  range=list(BOUND_COLORS.values())))
 
 
-def _kernel_facts(kernel: dict[str, Any]) -> dict[str, Any]:
+def _kernel_facts(kernel: KernelJSON) -> ChartRow:
     est = kernel["estimate"]
     return {"kernel": f"k{kernel['id']}", "order": kernel["id"], "kind": kernel["kind"],
             "ops": " ".join(kernel["ops"]), "time": seconds(est["time_s"]), "hbm": size(est["hbm_bytes"]),
             "bound": BOUND_LABELS[est["bound"]]}
 
 
-def timeline_rows(kernels: list[dict[str, Any]], dispatch_s: float = 0.0) -> list[dict[str, Any]]:
+def timeline_rows(kernels: list[KernelJSON], dispatch_s: float = 0.0) -> list[ChartRow]:
     """One row per kernel in execution order: start and end in microseconds, kernels back to back,
     after the call's dispatch (a row of its own where the profile charges one)."""
     rows, start_s = [], dispatch_s
@@ -39,7 +41,7 @@ def timeline_rows(kernels: list[dict[str, Any]], dispatch_s: float = 0.0) -> lis
     return rows
 
 
-def timeline_spec(kernels: list[dict[str, Any]], dispatch_s: float = 0.0) -> dict[str, Any]:
+def timeline_spec(kernels: list[KernelJSON], dispatch_s: float = 0.0) -> dict[str, Any]:
     chart = alt.Chart(alt.Data(values=timeline_rows(kernels, dispatch_s))).mark_bar(height={"band": 0.8}).encode(
         x=alt.X("start_us:Q", title="estimated time per call (µs)"), x2="end_us:Q",
         y=alt.Y("kernel:N", title=None, sort=alt.EncodingSortField(field="order", op="min")),
@@ -48,7 +50,7 @@ def timeline_spec(kernels: list[dict[str, Any]], dispatch_s: float = 0.0) -> dic
     return chart.properties(width=WIDTH, height=alt.Step(ROW_PX)).to_dict()
 
 
-def roofline_points(kernels: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def roofline_points(kernels: list[KernelJSON]) -> list[ChartRow]:
     """Kernels that have a place on log axes (some flops and some HBM traffic), with their
     arithmetic intensity (flop/byte) and attained throughput (GFLOP/s)."""
     return [_kernel_facts(k) | {"intensity": k["estimate"]["flops"] / k["estimate"]["hbm_bytes"],
@@ -57,7 +59,7 @@ def roofline_points(kernels: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if k["estimate"]["flops"] > 0 and k["estimate"]["hbm_bytes"] > 0 and k["estimate"]["time_s"] > 0]
 
 
-def roofs(profile: HardwareProfile, low: float, high: float) -> list[dict[str, Any]]:
+def roofs(profile: HardwareProfile, low: float, high: float) -> list[ChartRow]:
     """The profile's ceilings over intensities `low`..`high`: HBM bandwidth times intensity up to
     each unit's peak (the GEMM cores' multiply-accumulates, the vector unit's flops)."""
     bandwidth = profile.memory.hbm_bw_bytes_per_s
@@ -72,7 +74,7 @@ def roofs(profile: HardwareProfile, low: float, high: float) -> list[dict[str, A
     return rows
 
 
-def roofline_spec(kernels: list[dict[str, Any]], profile: HardwareProfile | None) -> dict[str, Any]:
+def roofline_spec(kernels: list[KernelJSON], profile: HardwareProfile | None) -> dict[str, Any]:
     """Kernels as points on log-log axes under the profile's roofs (no roofs without a profile)."""
     points = roofline_points(kernels)
     log_x = alt.Scale(type="log")

@@ -4,7 +4,6 @@ view time; a Content-Security-Policy forbids any)."""
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 import altair as alt
 import jinja2
@@ -15,6 +14,7 @@ from service.report.dataflow import dataflow_graph, dataflow_svg
 from service.report.figures import roofline_points, roofline_spec, timeline_spec
 from service.report.style import BOUND_COLORS, BOUND_LABELS
 from service.report.tables import estimate_rows, rewrite_rows, search_rows, validation_rows
+from validation.response_json import ResponseJSON
 
 _TEMPLATES = jinja2.Environment(loader=jinja2.PackageLoader("service.report"), autoescape=True,
                                 undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
@@ -35,7 +35,7 @@ def _profile(name: str) -> HardwareProfile | None:
     return load_profile(name) if name in list_profiles() else None
 
 
-def render_report(response: dict[str, Any]) -> str:
+def render_report(response: ResponseJSON) -> str:
     """The HTML report of an optimize response (as the API answers it)."""
     kernels, report = response["kernels"], response["report"]
     baseline_kernels = response.get("baseline_kernels")

@@ -2,9 +2,9 @@
 baselines, the validation verdict, the rewrites applied, the e-graph and extraction statistics."""
 from __future__ import annotations
 
-from typing import Any
-
+from lowering.kernel_json import EstimatesJSON
 from service.report.style import BOUND_LABELS, seconds, size
+from validation.response_json import ReportJSON
 from validation.verdict import Verdict
 
 ESTIMATES = (("naive", "naive: one kernel per equation"), ("baseline", "baseline: conventional compiler"),
@@ -17,7 +17,7 @@ ESTIMATES = (("naive", "naive: one kernel per equation"), ("baseline", "baseline
 AS_XLA_RUNS = {"baseline": "baseline: XLA, in its own kernels", "optimized": "optimized: in XLA's kernels"}
 
 
-def estimate_rows(estimate: dict[str, Any]) -> list[dict[str, str]]:
+def estimate_rows(estimate: EstimatesJSON) -> list[dict[str, str]]:
     """One row per program the response estimates, with its time relative to the optimized one."""
     optimized_s = estimate["optimized"]["time_s"]
     labels = {**dict(ESTIMATES), **(AS_XLA_RUNS if estimate.get("priced_as") == "xla" else {})}
@@ -47,13 +47,13 @@ def validation_rows(validation: Verdict) -> list[tuple[str, str]]:
     return rows
 
 
-def rewrite_rows(report: dict[str, Any]) -> list[tuple[str, int]]:
+def rewrite_rows(report: ReportJSON) -> list[tuple[str, int]]:
     """Rules applied, most often first: the response counts firings, not time saved per rule."""
     fired = [(rule, count) for rule, count in report["rewrites"].items() if count > 0]
     return sorted(fired, key=lambda item: (-item[1], item[0]))
 
 
-def search_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
+def search_rows(report: ReportJSON) -> list[tuple[str, str]]:
     """(fact, value) pairs of the e-graph, extraction and kernel choice."""
     egraph, extraction = report["egraph"], report["extraction"]
     rows = [("stop reason", egraph["stop_reason"]), ("e-nodes", _count(egraph.get("enodes"))),
