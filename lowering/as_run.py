@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Literal
 
 from costmodel.formulas import program_estimate
 from costmodel.profile import HardwareProfile
@@ -14,6 +15,7 @@ from lowering.kernels import FusionPolicy, Kernel, KernelProgram, build_kernel_p
 from wire.json_types import Program
 
 CARRIED_OPS = frozenset({"flash_attention", "tiled"})  # ops that are one fused kernel of the program's own
+RunsAs = Literal["chosen", "pallas", "xla"]
 
 
 def compiled_by_xla(profile: HardwareProfile) -> bool:
@@ -32,6 +34,14 @@ def xla_policy(profile: HardwareProfile) -> FusionPolicy:
 def carried_kernels(kernels: Sequence[Kernel]) -> list[Kernel]:
     """The kernels a returned program carries as fused kernels of its own (they run as chosen)."""
     return [k for k in kernels if CARRIED_OPS & set(k.ops)]
+
+
+def runs_as(kernel: Kernel, profile: HardwareProfile) -> RunsAs:
+    """How `kernel` runs: as chosen on hardware that runs this compiler's kernels (the OPTU), as the
+    Pallas kernel the program carries, or as part of whatever XLA makes of the rest."""
+    if not compiled_by_xla(profile):
+        return "chosen"
+    return "pallas" if CARRIED_OPS & set(kernel.ops) else "xla"
 
 
 def kernels_as_run(program: Program, profile: HardwareProfile, carried: Sequence[Kernel] = ()) -> KernelProgram:

@@ -31,6 +31,7 @@ class KernelJSON(TypedDict):
     tiling: dict[str, int]
     buffers: list[BufferJSON]
     estimate: Cost
+    runs_as: NotRequired[Literal["chosen", "pallas", "xla"]]  # see service/optimizer/response.py's Kernel
 
 
 class LowerBoundJSON(Cost):
@@ -51,6 +52,7 @@ class EstimatesJSON(TypedDict):
     speedup_vs_naive: NotRequired[float | None]
     optimized_over_bound: NotRequired[float | None]
     lower_bound: LowerBoundJSON
+    runs_as: NotRequired[dict[str, int] | None]  # per-call kernels by how they run
 
 
 class KernelsJSON(TypedDict):

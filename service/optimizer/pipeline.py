@@ -14,10 +14,10 @@ from dataclasses import replace
 
 from costmodel.extract import Extraction
 from costmodel.profile import HardwareProfile, resolve_profile
-from lowering.as_run import carried_kernels, compiled_by_xla, kernels_as_run
+from lowering.as_run import carried_kernels, compiled_by_xla, kernels_as_run, runs_as
 from lowering.baseline import baseline_kernels
-from lowering.kernel_json import EstimatesJSON
-from lowering.kernels import NAIVE, POLICIES, KernelProgram, build_kernel_program
+from lowering.kernel_json import EstimatesJSON, KernelJSON
+from lowering.kernels import NAIVE, POLICIES, Kernel, KernelProgram, build_kernel_program
 from lowering.lower_bound import lower_bound
 from lowering.pallas_attention import realize_attention
 from lowering.pallas_tiles import realize_tiles
@@ -167,12 +167,16 @@ def _response(identity: str, profile: HardwareProfile, program: Program, lowered
               baseline: KernelProgram, estimate: EstimatesJSON, validation: Verdict,
               report: ReportJSON, provenance: dict[str, str] | None = None) -> ResponseJSON:
     """The response for `program` in `lowered`'s kernels, checked against its model; the baseline's
-    kernels go with it so a report can draw the program before and after."""
-    return typed({"id": identity, "program": program, "kernels": [k.to_dict() for k in lowered.kernels],
-            "precompute_kernels": [k.to_dict() for k in lowered.precompute],
-            "baseline_kernels": [k.to_dict() for k in baseline.kernels],
-            "listing": kernel_listing(lowered, profile.name), "estimate": estimate, "validation": validation,
-            "report": report, "provenance": provenance or {}, "cache": "miss"})
+    kernels go with it so a report can draw the program before and after; each kernel says how it runs."""
+    def listed(kernels: list[Kernel]) -> list[KernelJSON]:
+        return [k.to_dict() | {"runs_as": runs_as(k, profile)} for k in kernels]
+
+    per_call = listed(lowered.kernels)
+    return typed({"id": identity, "program": program, "kernels": per_call,
+            "precompute_kernels": listed(lowered.precompute), "baseline_kernels": listed(baseline.kernels),
+            "listing": kernel_listing(lowered, profile.name),
+            "estimate": estimate | {"runs_as": dict(Counter(k["runs_as"] for k in per_call))},
+            "validation": validation, "report": report, "provenance": provenance or {}, "cache": "miss"})
 
 
 def _loops(

@@ -65,6 +65,11 @@ class Kernel(_Open):
     )
     buffers: list[Buffer] = Field(description="every value the kernel touches, with its memory level")
     estimate: CostEstimate = Field(description="the kernel's estimate under the hardware profile")
+    runs_as: Literal["chosen", "pallas", "xla"] | None = Field(
+        None, description="how it runs: `chosen`, as listed, on hardware that runs this compiler's kernels (the "
+                          "OPTU); `pallas`, as the fused Pallas kernel the program carries (flash_attention, "
+                          "tiled); `xla`, as XLA groups the program's ops when it compiles them (the kernel is "
+                          "its grouping, priced as such)")
 
 
 class Estimates(_Open):
@@ -90,6 +95,9 @@ class Estimates(_Open):
     speedup_vs_naive: float | None = Field(None, description="naive time / optimized time")
     optimized_over_bound: float | None = Field(None, description="optimized time / lower bound time: how far the "
                                                                  "returned kernels are from the floor")
+    runs_as: dict[Literal["chosen", "pallas", "xla"], int] | None = Field(
+        None, description="the per-call kernels (`kernels`) counted by how they run (see a kernel's `runs_as`): "
+                          "which are realized as chosen and which are left to XLA")
     lower_bound: LowerBound = Field(description="a floor under every program this request can return (the "
                                                   "optimized, the baseline's, the original): per resource the least "
                                                   "they need per call; `bound` names the one that binds")

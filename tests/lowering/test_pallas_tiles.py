@@ -48,6 +48,10 @@ def test_fused_kernels_come_back_as_tiled_pallas_kernels_that_validate(rows):
     assert any("(tiled)" in note for note in response["report"]["notes"])
     kernels = [k for k in response["kernels"] if k["ops"] == ["tiled"]]
     assert len(kernels) == len(tiled)
+    # the estimate says which kernels run as chosen (the Pallas ones) and which are left to XLA
+    assert all(k["runs_as"] == ("pallas" if k in kernels else "xla") for k in response["kernels"])
+    counts = response["estimate"]["runs_as"]
+    assert counts["pallas"] == len(kernels) and counts.get("xla", 0) == len(response["kernels"]) - len(kernels)
     grids = sorted(len(e["params"]["tile"]) for e in tiled)
     assert grids == [1, 2]  # the GEMM with its gelu: rows and columns; the one with the norm: rows
     for kernel in kernels:
@@ -86,7 +90,15 @@ def test_where_pallas_only_interprets_the_program_stays_ops():
     program, _ = _program(300)
     response = optimize(program, "cpu-host", {"lowering": "pallas"})
     assert not _tiled(response)
+    assert response["estimate"]["runs_as"] == {"xla": len(response["kernels"])}
     assert any("only interpreted" in note for note in response["report"]["notes"])
+
+
+def test_on_hardware_that_runs_the_chosen_kernels_every_kernel_runs_as_chosen():
+    program, _ = _program(300)
+    response = optimize(program, "optu-v1", {"lowering": "pallas"})
+    assert {k["runs_as"] for k in [*response["kernels"], *response["baseline_kernels"]]} == {"chosen"}
+    assert response["estimate"]["runs_as"] == {"chosen": len(response["kernels"])}
 
 
 def _kernel(fn, *shapes):
