@@ -1,6 +1,7 @@
 """`python -m bench.gpu_speed`: gpu-roofline's estimates against an NVIDIA GPU's clock, whole programs.
 
-Every bench model (bench/models/registry.py) is optimized for `gpu-roofline`; the program as
+Every bench model (bench/models/registry.py), at GPU-sized shapes (bench/gpu_shapes.py: a call of
+1 ms or more as estimated), is optimized for `gpu-roofline`; the program as
 written and the returned one are each timed under `jax.jit` on the GPU, and the measured speedup
 (original / returned) is set beside the estimated one (baseline / optimized), with the rank
 correlation over the models; and the program returned with `lowering: "pallas"` (its fused kernels
@@ -38,21 +39,23 @@ EXPORTS = Path(__file__).resolve().parent / "results" / "gpu_speed_programs"
 ROUNDS = 20
 SLOWER = 0.98  # a returned program measured below this ratio is slower than the original
 FUSED = ("tiled", "flash_attention")  # the fused kernels a Pallas program carries
+MIN_CALL_S = 1e-3  # a GPU call this long is its kernels' time, not the launches'
 
 
-def prepare(models: list[str], out: Path = EXPORTS) -> list[dict[str, Any]]:
-    """Optimize each model for gpu-roofline and export both programs' parts into `out`, with a
-    manifest of their estimates."""
-    from bench.models.registry import capture_model
+def prepare(models: list[str], out: Path = EXPORTS, min_call_s: float = MIN_CALL_S) -> list[dict[str, Any]]:
+    """Optimize each model for gpu-roofline at GPU-sized shapes (`bench.gpu_shapes`: one call
+    estimated at `min_call_s` or more as written; 0: the registry's shapes) and export both
+    programs' parts into `out`, with a manifest of their estimates and sizes."""
+    from bench.gpu_shapes import gpu_sized
     from service.optimizer.pipeline import optimize
 
     out.mkdir(parents=True, exist_ok=True)
     cases = []
     for name in models:
-        program, _ = capture_model(name)
+        program, factor = gpu_sized(name, min_call_s)
         response = optimize(program, "gpu-roofline", {"validate": False})
         estimate = response["estimate"]
-        case = {"model": name, "unchanged": response["program"] == program,
+        case = {"model": name, "size_factor": factor, "unchanged": response["program"] == program,
                 "estimated": {"baseline_s": estimate["baseline"]["time_s"],
                               "optimized_s": estimate["optimized"]["time_s"],
                               "speedup": estimate["speedup_vs_baseline"], "dispatch_s": estimate["dispatch_s"]}}
@@ -63,7 +66,8 @@ def prepare(models: list[str], out: Path = EXPORTS) -> list[dict[str, Any]]:
         case["pallas"] = _wire_parts(pallas["program"], out, f"{name}.pallas")
         case["pallas_kernels"] = sum(e["op"] in FUSED for e in pallas["program"]["eqns"])
         cases.append(case)
-        print(f"{name}: estimated {case['estimated']['speedup']:.3f}x", flush=True)
+        print(f"{name} (activations x{factor}): estimated {case['estimated']['speedup']:.3f}x, baseline "
+              f"{estimate['baseline']['time_s'] * 1e3:.3f} ms", flush=True)
     (out / "manifest.json").write_text(json.dumps({"cases": cases}, indent=1))
     return cases
 
@@ -150,7 +154,8 @@ def time_programs(exports: Path, out: Path | None = RESULTS, budget_s: float = 4
         except ImportError as missing:
             print(f"{case['model']}: the Pallas program is not timed: {missing}", flush=True)
         times = interleaved_rounds(fns, (), budget_s, runs=rounds, min_reps=3)["times"]
-        row = {"model": case["model"], "unchanged": case["unchanged"], "estimated": case["estimated"],
+        row = {"model": case["model"], "size_factor": case.get("size_factor", 1), "unchanged": case["unchanged"],
+               "estimated": case["estimated"],
                "original_s": times["original"]["median_s"], "returned_s": times["returned"]["median_s"],
                "pallas_kernels": case["pallas_kernels"], "pallas_s": times.get("pallas", {}).get("median_s")}
         row["measured_speedup"] = row["original_s"] / row["returned_s"]
@@ -181,7 +186,8 @@ def table(result: dict[str, Any]) -> str:
     s = result["summary"]
     lines = [
         f"Measured on {result['device']} (JAX {result['jax']}): each bench model as written and as returned for "
-        f"`gpu-roofline`, under `jax.jit`, weight-only work run once ahead; medians of {result['rounds']} "
+        f"`gpu-roofline` at GPU-sized shapes (x N: its activations N times the registry's, bench/gpu_shapes.py), "
+        f"under `jax.jit`, weight-only work run once ahead; medians of {result['rounds']} "
         f"interleaved rounds. Regenerate with `python -m bench.gpu_speed` (prepare here, time on the GPU, report).",
         "",
         f"Rank correlation of estimated and measured speedups: **{s['spearman']:.2f}** over {s['models']} "
@@ -197,7 +203,8 @@ def table(result: dict[str, Any]) -> str:
     for r in result["rows"]:
         e = r["estimated"]
         pallas = f"{r['pallas_speedup']:.3f}x" if r.get("pallas_speedup") else "not timed"
-        lines.append(f"| {r['model']}{' (unchanged)' if r['unchanged'] else ''} | {r['original_s'] * 1e6:.1f} us | "
+        name = r["model"] + (f" (x{r['size_factor']})" if r.get("size_factor", 1) > 1 else "")
+        lines.append(f"| {name}{' (unchanged)' if r['unchanged'] else ''} | {r['original_s'] * 1e6:.1f} us | "
                      f"{r['returned_s'] * 1e6:.1f} us | **{r['measured_speedup']:.3f}x** | {e['speedup']:.3f}x | "
                      f"{e['baseline_s'] * 1e6:.1f} us | {e['optimized_s'] * 1e6:.1f} us | {r.get('pallas_kernels', 0)} "
                      f"| {pallas} | {e.get('pallas_speedup', 1.0):.3f}x |")
@@ -210,6 +217,8 @@ def main(argv: list[str] | None = None) -> None:
     ready = steps.add_parser("prepare")
     ready.add_argument("--models", nargs="*")
     ready.add_argument("--out", type=Path, default=EXPORTS)
+    ready.add_argument("--min-call-ms", type=float, default=MIN_CALL_S * 1e3,
+                       help="scale each model's activations until one call is estimated this long (0: as registered)")
     timing = steps.add_parser("time")
     timing.add_argument("exports", type=Path)
     timing.add_argument("--out", type=Path, default=RESULTS)
@@ -220,7 +229,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.step == "prepare":
         from bench.models.registry import MODELS
-        prepare(args.models or list(MODELS), args.out)
+        prepare(args.models or list(MODELS), args.out, args.min_call_ms / 1e3)
     elif args.step == "time":
         time_programs(args.exports, args.out, args.budget, require_gpu=not args.cpu)
     else:
