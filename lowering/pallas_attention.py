@@ -12,15 +12,15 @@ shape this cannot name stays as the ops it was (the reason is returned as a note
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from typing import Any
 
 from costmodel.key_blocking import KernelSteps, Step, key_region
 from lowering.attention_layout import (CannotRealize, Emitter, Labels, dot_labels, dot_out_labels, spec,
                                        view_input_labels)
 from lowering.kernels import Kernel, avals_of
+from lowering.splice import splice
 from wire.json_types import Eqn, Program
-from wire.primitives import PRIMITIVES, live_equations
+from wire.primitives import PRIMITIVES
 
 Node = tuple[str, tuple[str | None, ...]]  # a value of the score transform in one layout
 
@@ -367,8 +367,7 @@ def realize_attention(program: Program, kernels: list[Kernel]) -> tuple[Program,
     equation, its kernels (copies) with their equation indices renumbered (a kernel holds the equations added for its
     attention, none that became dead), and a note per kernel left as ops and why."""
     eqns, avals = program["eqns"], avals_of(program)
-    kernels = [replace(k, eqns=list(k.eqns), ops=list(k.ops)) for k in kernels]  # the caller's stay as they are
-    replaced: dict[int, list[dict[str, Any]]] = {}
+    replaced: dict[int, list[Eqn]] = {}
     owner: dict[int, Kernel] = {}
     notes = []
     for kernel in kernels:
@@ -383,17 +382,4 @@ def realize_attention(program: Program, kernels: list[Kernel]) -> tuple[Program,
         return program, kernels, notes
     notes.insert(0, f"{len(replaced)} key-blocked attention kernel(s) returned as one fused Pallas kernel each "
                     "(flash_attention)")
-    spliced, origin = [], []
-    for index, eqn in enumerate(eqns):
-        for new in replaced.get(index, [eqn]):
-            spliced.append(new)
-            origin.append((index, new is not eqn))
-    live = live_equations(spliced, program["outputs"])
-    renumbered: dict[int, list[int]] = {}
-    for position, index in enumerate(live):
-        renumbered.setdefault(origin[index][0], []).append(position)
-    for kernel in kernels:
-        kernel.eqns = [n for i in kernel.eqns for n in renumbered.get(i, [])
-                       if i not in owner or owner[i] is kernel]
-        kernel.ops = [spliced[live[n]]["op"] for n in kernel.eqns]
-    return {**program, "eqns": [spliced[i] for i in live]}, kernels, notes
+    return *splice(program, kernels, replaced, owner), notes

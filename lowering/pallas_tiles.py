@@ -24,6 +24,7 @@ from costmodel.profile import HardwareProfile
 from lowering.as_run import compiled_by_xla, kernels_as_run
 from lowering.kernels import Kernel, avals_of
 from lowering.runnable import kernel_subprogram
+from lowering.splice import splice
 from wire.json_types import Eqn, Program, Tensor
 from wire.primitives import PRIMITIVES, deterministic
 
@@ -219,8 +220,9 @@ def realize_tiles(program: Program, kernels: list[Kernel], profile: HardwareProf
     renumbered, and a note per kernel left as ops and why."""
     eqns, avals = program["eqns"], avals_of(program)
     read_after = _readers(program)
-    replaced: dict[int, Eqn] = {}  # at the kernel's last equation
-    owned: dict[int, list[int]] = {}  # kernel id -> the equations its tiled equation replaces
+    replaced: dict[int, list[Eqn]] = {}  # at the kernel's last equation, its tiled equation
+    owner: dict[int, Kernel] = {}
+    dropped: set[int] = set()  # the kernel's other equations
     pricing: dict[int, dict] = {}  # kernel id -> its tiling and estimate as its tiles run
     notes = []
     for kernel in kernels:
@@ -240,25 +242,15 @@ def realize_tiles(program: Program, kernels: list[Kernel], profile: HardwareProf
             if priced["estimate"].time_s > as_ops:
                 raise CannotTile(f"its tiles re-read what they read whole: {priced['estimate'].time_s * 1e6:.3g} us "
                                  f"against {as_ops * 1e6:.3g} us as JAX ops")
-            replaced[indices[-1]], owned[kernel.id], pricing[kernel.id] = eqn, indices, priced
+            replaced[indices[-1]], owner[indices[-1]], pricing[kernel.id] = [eqn], kernel, priced
+            dropped.update(indices[:-1])
         except CannotTile as reason:
             notes.append(f"kernel {kernel.id} ({kernel.kind}) runs as JAX ops, not one Pallas kernel: {reason}")
     if not replaced:
         return program, kernels, notes
     notes.insert(0, f"{len(replaced)} fused kernel(s) returned as one Pallas kernel over tiles each (tiled)")
-    dropped = {i for indices in owned.values() for i in indices} - set(replaced)
-    kept = [i for i in range(len(eqns)) if i not in dropped]
-    position = {old: new for new, old in enumerate(kept)}
-    spliced = [replaced.get(i, eqns[i]) for i in kept]
-    renumbered = []
-    for kernel in kernels:
-        if kernel.id in owned:
-            renumbered.append(replace(kernel, eqns=[position[owned[kernel.id][-1]]], ops=["tiled"],
-                                      **pricing[kernel.id]))
-        else:
-            new_eqns = sorted(position[i] for i in set(kernel.eqns) if i in position and i not in replaced)
-            renumbered.append(replace(kernel, eqns=new_eqns, ops=[spliced[n]["op"] for n in new_eqns]))
-    return {**program, "eqns": spliced}, renumbered, notes
+    spliced, renumbered = splice(program, kernels, replaced, owner, dropped)
+    return spliced, [replace(k, **pricing[k.id]) if k.id in pricing else k for k in renumbered], notes
 
 
 def _as_ops_s(program: Program, kernel: Kernel, reads: list[str], outputs: list[Tensor],
