@@ -18,7 +18,7 @@ import copy
 import math
 from dataclasses import replace
 
-from costmodel.formulas import Estimate, launch_time, memory_time
+from costmodel.formulas import Estimate, kernel_estimate, launch_time
 from costmodel.op_cost import nbytes
 from costmodel.profile import HardwareProfile
 from lowering.as_run import compiled_by_xla, kernels_as_run
@@ -271,20 +271,21 @@ def _priced_tiles(kernel: Kernel, eqn: Eqn, avals, profile: HardwareProfile) -> 
     tiling = {"tile_rows": params["tile"][0], "tiles": math.prod(counts)}
     if len(counts) > 1:
         tiling["tile_cols"] = params["tile"][1]
-    return {"tiling": kernel.tiling | tiling, "estimate": _reading_more(kernel.estimate, again, profile)}
+    return {"tiling": kernel.tiling | tiling, "estimate": _reading_more(kernel, again, profile)}
 
 
-def _reading_more(estimate: Estimate, extra_bytes: float, profile: HardwareProfile) -> Estimate:
-    """A kernel's estimate with `extra_bytes` more HBM traffic: each block after the first reads
-    again what the kernel reads whole (a cache may serve it; the estimate does not count on one)."""
+def _reading_more(kernel: Kernel, extra_bytes: float, profile: HardwareProfile) -> Estimate:
+    """The kernel's estimate with `extra_bytes` more HBM traffic: each block after the first reads
+    again what the kernel reads whole (a cache may serve it; the estimate does not count on one).
+    Priced as any kernel is: what kept it busy before its launch (its compute, or its traffic if
+    longer) overlapping the larger traffic."""
+    estimate, inputs, outputs = kernel.estimate, len(kernel.inputs), len(kernel.outputs)
     if not extra_bytes:
         return estimate
-    launch = launch_time(profile)
-    hbm = estimate.hbm_bytes + extra_bytes
-    memory_s = memory_time(profile, hbm)
-    return replace(estimate, time_s=max(estimate.time_s - launch, memory_s) + launch, hbm_bytes=hbm,
-                   energy_j=estimate.energy_j + extra_bytes * profile.memory.hbm_energy_per_byte_j,
-                   bound="memory" if memory_s + launch > estimate.time_s else estimate.bound)
+    busy = max(0.0, estimate.time_s - launch_time(profile, inputs, outputs))
+    compute_energy = max(0.0, estimate.energy_j - estimate.hbm_bytes * profile.memory.hbm_energy_per_byte_j)
+    return kernel_estimate(profile, busy, compute_energy, estimate.flops, estimate.hbm_bytes + extra_bytes,
+                           estimate.bound, inputs, outputs)
 
 
 def _readers(program: Program) -> dict[str, set[float]]:

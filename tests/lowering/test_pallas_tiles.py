@@ -11,8 +11,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from costmodel.formulas import kernel_estimate, launch_time, memory_time
 from costmodel.profile import load_profile, with_overrides
-from lowering.pallas_tiles import CannotTile, row_axes, tiled_equation
+from lowering.kernels import Kernel
+from lowering.pallas_tiles import CannotTile, _reading_more, row_axes, tiled_equation
 from service.optimizer.pipeline import optimize
 from wire.capture import capture
 from wire.execute import jitted_program
@@ -175,3 +177,16 @@ def test_a_chain_of_gemms_is_tiled_by_rows_of_x_and_columns_of_the_last_weight()
     blocked_program = {**program, "eqns": [blocked]}
     np.testing.assert_allclose(np.asarray(jitted_program(blocked_program)(*args)[0]),
                                np.asarray(jitted_program(program)(*args)[0]), rtol=1e-5, atol=1e-5)
+
+
+def test_what_tiles_read_again_is_priced_as_any_kernels_traffic_with_its_own_launch():
+    profile = with_overrides(GPU, {"kernel.input_overhead_s": 2e-6})  # each input beyond the first costs its set-up
+    busy, hbm = 1e-6, 4096.0
+    kernel = Kernel(0, "fused", [0, 1], inputs=["a", "b", "c"], outputs=["d"],
+                    estimate=kernel_estimate(profile, busy, 1e-9, 1e6, hbm, "vector", 3, 1))
+    assert _reading_more(kernel, 0.0, profile) == kernel.estimate
+    again = 64 * GPU.memory.hbm_bw_bytes_per_s * busy  # enough that the traffic binds
+    more = _reading_more(kernel, again, profile)
+    assert more == kernel_estimate(profile, busy, 1e-9, 1e6, hbm + again, "vector", 3, 1)
+    assert more.bound == "memory" and more.time_s == pytest.approx(memory_time(profile, hbm + again)
+                                                                    + launch_time(profile, 3, 1))
