@@ -10,6 +10,7 @@ weights and constants are precomputed once and reported apart from per-call cost
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from costmodel.formulas import Estimate, program_estimate, sum_estimates
@@ -66,7 +67,13 @@ class Kernel:
     outputs: list[str] = field(default_factory=list)
     tiling: dict[str, int] = field(default_factory=dict)
     buffers: list[BufferJSON] = field(default_factory=list)
-    estimate: Estimate | None = None
+    estimate: Estimate | None = None  # set once its group is complete
+
+    @property
+    def priced(self) -> Estimate:
+        """Its estimate: every kernel of a KernelProgram has one."""
+        assert self.estimate is not None, f"kernel {self.id} has not been priced"
+        return self.estimate
 
     def to_dict(self) -> KernelJSON:
         return {
@@ -78,7 +85,7 @@ class Kernel:
             "outputs": self.outputs,
             "tiling": self.tiling,
             "buffers": self.buffers,
-            "estimate": self.estimate.to_dict(),
+            "estimate": self.priced.to_dict(),
         }
 
 
@@ -88,7 +95,8 @@ class Kernel:
         estimate = data.get("estimate")
         return cls(data["id"], data["kind"], list(data["eqns"]), list(data["ops"]), list(data["inputs"]),
                    list(data["outputs"]), dict(data["tiling"]), list(data.get("buffers", [])),
-                   Estimate(**{k: estimate[k] for k in Estimate.__dataclass_fields__}) if estimate else None)
+                   Estimate(estimate["time_s"], estimate["energy_j"], estimate["hbm_bytes"], estimate["flops"],
+                            estimate["bound"]) if estimate else None)
 
 
 @dataclass
@@ -106,7 +114,7 @@ class KernelProgram:
         estimate = response["estimate"]  # the totals include what no kernel shows (the call's dispatch)
         ahead = estimate.get("precompute")
         return cls(kernels, precompute, Estimate(**estimate["optimized"]),
-                   Estimate(**ahead) if ahead else sum_estimates([k.estimate for k in precompute]))
+                   Estimate(**ahead) if ahead else sum_estimates([k.priced for k in precompute]))
 
 
 def avals_of(program: Program) -> dict[str, Aval]:
@@ -143,7 +151,7 @@ def eqn_cost(profile: HardwareProfile, eqn: Eqn, avals: dict[str, Aval]) -> OpCo
 
 def build_kernel_program(program: Program, profile: HardwareProfile, policy: FusionPolicy = CONVENTIONAL,
                          groups: list[list[int]] | None = None, key_blocking: bool = False,
-                         pinned: list[list[int]] = ()) -> KernelProgram:
+                         pinned: Sequence[Sequence[int]] = ()) -> KernelProgram:
     """Kernels of `program`: the given `groups` of equation indices, else those of `policy` around
     the `pinned` groups (each one kernel as given: a fused kernel the program carries).
     An attention kernel runs over blocks of query rows where that is cheaper (each block with every
@@ -166,8 +174,8 @@ def build_kernel_program(program: Program, profile: HardwareProfile, policy: Fus
     for group in (kernels, precompute):
         for kernel in group:
             _finish(kernel, program, costs, avals, profile, escaping, key_blocking, fills, streamed)
-    return KernelProgram(kernels, precompute, program_estimate(profile, [k.estimate for k in kernels]),
-                         sum_estimates([k.estimate for k in precompute]))
+    return KernelProgram(kernels, precompute, program_estimate(profile, [k.priced for k in kernels]),
+                         sum_estimates([k.priced for k in precompute]))
 
 
 class _Placer:
@@ -240,7 +248,7 @@ def _assign_groups(placer: _Placer, static: set[str], groups: list[list[int]]) -
 
 
 def _assign_greedy(placer: _Placer, static: set[str], policy: FusionPolicy, max_gemms: int,
-                   pinned: list[list[int]] = ()) -> None:
+                   pinned: Sequence[Sequence[int]] = ()) -> None:
     """Greedy fusion in program order under `policy`. Views of kernel-external data (a bias
     broadcast) are folded into each reader. An op joins the latest kernel that produced one of its
     operands (its other operands come from earlier kernels, so kernel order stays a valid

@@ -13,7 +13,7 @@ from validation.debug_json import Findings, KernelFinding, KernelToCheck, Output
 from validation.inputs import random_inputs
 from validation.kernel_provenance import kernel_origin, rule_patterns, stands_for
 from validation.widen import Widened, widen
-from wire.json_types import Program
+from wire.json_types import Operand, Program
 
 # The validator's fan-in-scaled draw (validation/validate.py DRAWS[1]): activations stay O(1), so a
 # small wrong term (a dropped bias, a layer norm's epsilon) shows instead of drowning in growth.
@@ -26,7 +26,8 @@ def every_value(program: Program, args: list[np.ndarray]) -> dict[str, np.ndarra
     names = [o["name"] for e in program["eqns"] for o in e["out"]]
     values = dict(zip((s["name"] for s in program["inputs"]), widen(args)))
     if names:
-        values.update(zip(names, Widened({**program, "outputs": names})(widen(args))))
+        every: list[Operand] = list(names)
+        values.update(zip(names, Widened({**program, "outputs": every})(widen(args))))
     return values
 
 
@@ -72,7 +73,8 @@ def debug_kernels(original: Program, optimized: Program, kernels: Sequence[Kerne
 def _summary(first: KernelFinding | None, count: int) -> str:
     if first is None:
         return f"all {count} kernels agree with the original values they stand for within their dtype's tolerance"
-    worst = max((o for o in first["outputs"] if o["diverges"]), key=lambda o: o["max_rel_error"])
+    # a diverging output has its error
+    worst = max((o for o in first["outputs"] if o["diverges"]), key=lambda o: o["max_rel_error"] or 0.0)
     kind = "precompute kernel" if first["precompute"] else "kernel"
     rules = ", ".join(first["rewrites"]) or "no fired rule mentions its ops"
     return (f"{kind} {first['id']} ({' -> '.join(first['ops'])}) is the first to diverge: {worst['value']} differs "

@@ -12,7 +12,7 @@ from validation.verdict import Verdict
 class FusionEgraphJSON(TypedDict):
     enodes: int
     eclasses: int
-    candidate_enodes: int
+    candidate_enodes: int | None
     rounds: int
 
 

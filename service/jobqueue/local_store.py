@@ -69,7 +69,7 @@ class JobStore:
 
     async def result(self, job_id: str) -> ResponseJSON:
         job = self._get(job_id)
-        if job.state != "succeeded":
+        if job.state != "succeeded" or job.result is None:  # a job that succeeded has its result
             raise NoResult(job.status())
         return job.result
 
@@ -106,7 +106,7 @@ class JobStore:
             self._jobs.pop(key)
             if known is not None:
                 self._jobs[key] = known
-            raise JobQueueFull(self.depth, retry_after_s=max(1, round(options.time_limit_s)))
+            raise JobQueueFull(self.depth, retry_after_s=max(1, round(options.time_limit_s or 0)))
         task = asyncio.get_running_loop().create_task(self._execute(job, program, hardware, options))
         self._tasks.add(task)  # a strong reference until it ends
         task.add_done_callback(self._tasks.discard)
@@ -150,7 +150,7 @@ class JobStore:
 
     def _finish(self, job: Job, state: State, result: ResponseJSON | None = None, error: Any = None) -> None:
         job.finish(state, result, error)
-        if self._on_finish is not None:
+        if self._on_finish is not None and job.finished_s is not None:
             self._on_finish(state, job.finished_s - job.submitted_s)
 
     def _forget_expired(self) -> None:

@@ -235,7 +235,7 @@ def checked_apart(pieces: list[Piece]) -> bool:
     return 2 * sum(distinct.values()) < pieces[-1].stop
 
 
-def search_pieces(program: Program, pieces: list[Piece], search_one: Callable[[dict], Search]) -> Search:
+def search_pieces(program: Program, pieces: list[Piece], search_one: Callable[[Program], Search]) -> Search:
     """Search each distinct piece once and stitch the results into one Search of `program`."""
     done: dict[str, tuple[Piece, Search]] = {}
     for piece in pieces:

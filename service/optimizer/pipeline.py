@@ -11,12 +11,13 @@ from collections import Counter
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import replace
+from typing import Literal
 
 from costmodel.extract import Extraction
 from costmodel.profile import HardwareProfile, resolve_profile
 from lowering.as_run import carried_kernels, compiled_by_xla, kernels_as_run, runs_as
 from lowering.baseline import baseline_kernels
-from lowering.kernel_json import EstimatesJSON, KernelJSON
+from lowering.kernel_json import EstimatesJSON, KernelJSON, Resource
 from lowering.kernels import NAIVE, POLICIES, Kernel, KernelProgram, build_kernel_program
 from lowering.lower_bound import lower_bound
 from lowering.pallas_attention import realize_attention
@@ -26,7 +27,7 @@ from service.optimizer.caller_heap import CALLER_HEAP
 from service.optimizer.control_flow import nested_program_count, optimize_nested
 from service.optimizer.loop_hoist import hoist_scan_projections, scan_projections
 from service.optimizer.loop_invariants import tidy_loops
-from service.optimizer.options import OptimizeOptions
+from service.optimizer.options import OptimizeOptions, OptionsJSON
 from service.optimizer.partition import checked_apart, find_pieces, search_pieces
 from service.optimizer.progress import stage
 from service.optimizer.request_key import canonical_request_id
@@ -58,7 +59,8 @@ def _simplified(tidied: Program, options: OptimizeOptions) -> Program:
 
 
 def optimize(program: Program, hardware: str | dict | HardwareProfile | None = None,
-             options: OptimizeOptions | dict | None = None, extra_rules: Sequence[NamedRule] = ()) -> ResponseJSON:
+             options: OptimizeOptions | OptionsJSON | None = None,
+             extra_rules: Sequence[NamedRule] = ()) -> ResponseJSON:
     """Optimize a wire program; raises WireError (a 422) if it does not type-check. Every stage
     computes in the precision the program declares (64-bit types stay 64-bit). `extra_rules` run
     beside the algebra's own (in-process only; the request id does not name them)."""
@@ -111,6 +113,7 @@ def _optimize(program: Program, profile: HardwareProfile, options: OptimizeOptio
                 candidate, lowered, as_run = _as_xla_runs_it(candidate, lowered, written, baseline, profile, notes)
                 fusion_report |= as_run
         with stage(timings, "validate"):
+            validation: Verdict
             if not options.validate_result:
                 validation = {
                     "status": "skipped",
@@ -153,7 +156,7 @@ def original_response(program: Program, profile: HardwareProfile, options: Optim
     written = baseline_program(program, options)
     baseline = baseline_kernels(written, profile)
     original = baseline_kernels(program, profile)
-    report = {"rewrites": {},
+    report: ReportJSON = {"rewrites": {},
               "egraph": {"enodes": None, "eclasses": None, "iterations": None, "stop_reason": "time_limit"},
               "extraction": {"method": None, "cost_s": None, "optimality_gap": None, "status": "not run"},
               "equations": {"original": len(program["eqns"]), "optimized": len(program["eqns"]), "op_delta": {}},
@@ -243,10 +246,9 @@ def _as_xla_runs_it(candidate: Program, lowered: KernelProgram, written: Program
     time as XLA runs it (`as_run_s`). This is the one comparison that decides on such a profile: the
     baseline is XLA's grouping too, so it is like with like."""
     run = kernels_as_run(candidate, profile, carried_kernels(lowered.kernels))
-    said = {"as_run_s": run.total.time_s}
     if _gain_below_min_speedup(baseline, run, profile, notes, "as XLA groups the program, its "):
-        return written, baseline, said | {"chosen": "min_speedup"}
-    return candidate, run, said | {"chosen": "xla"}
+        return written, baseline, {"as_run_s": run.total.time_s, "chosen": "min_speedup"}
+    return candidate, run, {"as_run_s": run.total.time_s, "chosen": "xla"}
 
 
 def _loop_notes(moved: int, hoisted: int) -> list[str]:
@@ -272,17 +274,17 @@ def _kernels(found: Search, written: Program, baseline: KernelProgram, profile: 
     extracted = build_kernel_program(candidate, profile, groups=found.groups, key_blocking=options.key_blocking)
     chosen, lowered = min([("egraph", extracted), *((p.name, build_kernel_program(candidate, profile, p))
                                                     for p in POLICIES)], key=lambda c: c[1].total.time_s)
-    report = {"egraph_s": extracted.total.time_s, "baseline_s": baseline.total.time_s, "chosen": chosen,
-              "programs": found.programs, "seeded_kernels": found.seeded_kernels}
+    report: FusionChoiceJSON = {"egraph_s": extracted.total.time_s, "baseline_s": baseline.total.time_s,
+                                "chosen": chosen, "programs": found.programs, "seeded_kernels": found.seeded_kernels}
     if compiled_by_xla(profile):  # the search's grouping is not what runs: `_as_xla_runs_it` compares
         return candidate, lowered, report
     # The baseline's kernels are seeded, so extraction starts no worse than they; this catches what
     # seeding cannot express (estimate drift, a piecewise search).
     if lowered.total.time_s > baseline.total.time_s * (1 + 1e-9):  # beyond the sums' rounding
         notes.append("the e-graph's program was estimated slower than the baseline; returning the baseline's program")
-        return written, baseline, report | {"chosen": "baseline"}
+        return written, baseline, {**report, "chosen": "baseline"}
     if _gain_below_min_speedup(baseline, lowered, profile, notes):
-        return written, baseline, report | {"chosen": "min_speedup"}
+        return written, baseline, {**report, "chosen": "min_speedup"}
     return candidate, lowered, report
 
 
@@ -345,7 +347,8 @@ def _estimates(profile: HardwareProfile, naive: KernelProgram, baseline: KernelP
                optimized: KernelProgram, programs: list[Program], egraph: EGraphFloor | None = None,
                attention_kernels: bool = False) -> EstimatesJSON:
     floor = lower_bound(programs, profile, egraph.times if egraph else None, attention_kernels)
-    proof = {r: "exact" if r in egraph.exact else "heaviest_path" for r in FLOOR_RESOURCES} if egraph else None
+    proof: dict[Resource, Literal["exact", "heaviest_path"]] | None = {
+        r: "exact" if r in egraph.exact else "heaviest_path" for r in FLOOR_RESOURCES} if egraph else None
     return {
         "hardware": profile.name,
         "priced_as": profile.kernel.fusion,

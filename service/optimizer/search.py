@@ -20,6 +20,7 @@ from costmodel.profile import HardwareProfile
 from costmodel.warm_start import seeded_extraction
 from lowering.attention_kernels import with_attention_kernels
 from lowering.emit import ExtractionCycle, emit_program, without_unused_consts
+from lowering.kernel_json import Resource
 from lowering.kernels import POLICIES, Kernel, build_kernel_program, static_names
 from lowering.pallas_attention import unrealizable
 from rewrites.chain_order import orders_every_matmul, seed_chain_orders
@@ -53,7 +54,7 @@ FLOOR_NODE_BUDGET = 500
 FLOOR_CHOICE_BUDGET = 100
 FLOOR_BRANCH_NODES = 20
 FLOOR_SAFETY_S = 2.0  # never reached within the budgets above; it only keeps a request bounded
-FLOOR_RESOURCES = ("compute", "memory", "launch")  # ResourceTimes' fields, less their `_s`
+FLOOR_RESOURCES: tuple[Resource, ...] = ("compute", "memory", "launch")  # ResourceTimes' fields, less their `_s`
 
 
 @dataclass(frozen=True)
