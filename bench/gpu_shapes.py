@@ -14,6 +14,7 @@ from typing import Any
 import jax
 
 from bench.models.registry import build
+from costmodel.formulas import Estimate
 from costmodel.profile import load_profile
 from lowering.baseline import baseline_kernels
 from wire.capture import capture
@@ -51,26 +52,25 @@ def gpu_sized(name: str, min_call_s: float, profile: str = "gpu-roofline") -> tu
         except (TypeError, ValueError):  # the model's code fixes a size this scales
             return None
 
-    def estimate(program: Program) -> float:
-        return baseline_kernels(program, hardware).total.time_s
-
-    def work(program: Program) -> tuple[float, float]:
-        total = baseline_kernels(program, hardware).total
-        return total.flops, total.hbm_bytes
+    def estimate(program: Program) -> Estimate:
+        return baseline_kernels(program, hardware).total
 
     program = capture(fn, *args, weight_argnums=weight_argnums)
-    if estimate(program) >= min_call_s:
+    base = estimate(program)
+    if base.time_s >= min_call_s:
         return program, 1
     activations = [i for i in range(len(args)) if i not in weight_argnums]
     subsets = [frozenset(activations), *(frozenset([i]) for i in activations)]
     for how in [(subset, axis) for axis in (0, 1) for subset in subsets]:
         doubled = traced(how, 2)
-        if (doubled is not None and _trip_counts(doubled) == _trip_counts(program)
-                and any(d >= GROWS * w for d, w in zip(work(doubled), work(program)))):
+        if doubled is None or _trip_counts(doubled) != _trip_counts(program):
+            continue
+        grown = estimate(doubled)
+        if grown.flops >= GROWS * base.flops or grown.hbm_bytes >= GROWS * base.hbm_bytes:
             break
     else:
         return program, 1
     factor, program = 2, doubled
-    while factor < MAX_FACTOR and estimate(program) < min_call_s and (larger := traced(how, 2 * factor)) is not None:
-        factor, program = 2 * factor, larger
+    while factor < MAX_FACTOR and grown.time_s < min_call_s and (larger := traced(how, 2 * factor)) is not None:
+        factor, program, grown = 2 * factor, larger, estimate(larger)
     return program, factor

@@ -7,15 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Literal
 
 from costmodel.formulas import program_estimate
 from costmodel.profile import HardwareProfile
+from lowering.kernel_json import RunsAs
 from lowering.kernels import FusionPolicy, Kernel, KernelProgram, build_kernel_program
 from wire.json_types import Program
 
 CARRIED_OPS = frozenset({"flash_attention", "tiled"})  # ops that are one fused kernel of the program's own
-RunsAs = Literal["chosen", "pallas", "xla"]
 
 
 def compiled_by_xla(profile: HardwareProfile) -> bool:

@@ -8,7 +8,9 @@ from typing import Literal, NotRequired, TypedDict
 from costmodel.formulas import Cost
 from wire.json_types import Program
 
-Resource = Literal["compute", "memory", "launch"]
+Resource = Literal["compute", "memory", "launch"]  # what a lower bound's floor is taken of
+Proof = Literal["exact", "heaviest_path"]  # how the e-graph's floor of a resource was proven
+RunsAs = Literal["chosen", "pallas", "xla"]  # how a kernel runs (lowering/as_run.py `runs_as`)
 
 
 class BufferJSON(TypedDict):
@@ -31,13 +33,13 @@ class KernelJSON(TypedDict):
     tiling: dict[str, int]
     buffers: list[BufferJSON]
     estimate: Cost
-    runs_as: NotRequired[Literal["chosen", "pallas", "xla"]]  # see service/optimizer/response.py's Kernel
+    runs_as: NotRequired[RunsAs]
 
 
 class LowerBoundJSON(Cost):
     binding: str
     over: Literal["egraph", "returned"]
-    proof: NotRequired[dict[Resource, Literal["exact", "heaviest_path"]] | None]
+    proof: NotRequired[dict[Resource, Proof] | None]
 
 
 class EstimatesJSON(TypedDict):
@@ -52,7 +54,7 @@ class EstimatesJSON(TypedDict):
     speedup_vs_naive: NotRequired[float | None]
     optimized_over_bound: NotRequired[float | None]
     lower_bound: LowerBoundJSON
-    runs_as: NotRequired[dict[str, int] | None]  # per-call kernels by how they run
+    runs_as: NotRequired[dict[RunsAs, int] | None]  # per-call kernels by how they run
 
 
 class KernelsJSON(TypedDict):

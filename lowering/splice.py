@@ -20,8 +20,9 @@ def splice(program: Program, kernels: list[Kernel], replaced: dict[int, list[Eqn
     spliced, origin = [], []
     for index, eqn in enumerate(program["eqns"]):
         if index not in dropped:
-            spliced += replaced.get(index, [eqn])
-            origin += [index] * len(replaced.get(index, [eqn]))
+            new = replaced.get(index, [eqn])
+            spliced += new
+            origin += [index] * len(new)
     live = live_equations(spliced, program["outputs"])
     renumbered: dict[int, list[int]] = {}
     for position, index in enumerate(live):

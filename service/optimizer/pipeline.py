@@ -11,13 +11,12 @@ from collections import Counter
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import replace
-from typing import Literal
 
 from costmodel.extract import Extraction
 from costmodel.profile import HardwareProfile, resolve_profile
 from lowering.as_run import carried_kernels, compiled_by_xla, kernels_as_run, runs_as
 from lowering.baseline import baseline_kernels
-from lowering.kernel_json import EstimatesJSON, KernelJSON, Resource
+from lowering.kernel_json import EstimatesJSON, KernelJSON, Proof, Resource
 from lowering.kernels import NAIVE, POLICIES, Kernel, KernelProgram, build_kernel_program
 from lowering.lower_bound import lower_bound
 from lowering.pallas_attention import realize_attention
@@ -347,7 +346,7 @@ def _estimates(profile: HardwareProfile, naive: KernelProgram, baseline: KernelP
                optimized: KernelProgram, programs: list[Program], egraph: EGraphFloor | None = None,
                attention_kernels: bool = False) -> EstimatesJSON:
     floor = lower_bound(programs, profile, egraph.times if egraph else None, attention_kernels)
-    proof: dict[Resource, Literal["exact", "heaviest_path"]] | None = {
+    proof: dict[Resource, Proof] | None = {
         r: "exact" if r in egraph.exact else "heaviest_path" for r in FLOOR_RESOURCES} if egraph else None
     return {
         "hardware": profile.name,

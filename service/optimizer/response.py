@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from costmodel.formulas import BOUNDS
+from lowering.kernel_json import Proof, Resource, RunsAs
 from validation.response_json import ResponseJSON
 from wire.format import FORMAT
 
@@ -34,7 +35,7 @@ class LowerBound(CostEstimate):
                                                             "the search's e-graph and the ones the request can "
                                                             "return; `returned`, those alone (no e-graph was "
                                                             "searched)")
-    proof: dict[Literal["compute", "memory", "launch"], Literal["exact", "heaviest_path"]] | None = Field(
+    proof: dict[Resource, Proof] | None = Field(
         None, description="how the e-graph's floor of each resource was proven: `exact`, an exact extraction "
                           "with that resource alone as its cost; `heaviest_path`, the least over the e-graph's "
                           "programs of their costliest path (weaker where work runs in parallel branches)")
@@ -65,7 +66,7 @@ class Kernel(_Open):
     )
     buffers: list[Buffer] = Field(description="every value the kernel touches, with its memory level")
     estimate: CostEstimate = Field(description="the kernel's estimate under the hardware profile")
-    runs_as: Literal["chosen", "pallas", "xla"] | None = Field(
+    runs_as: RunsAs | None = Field(
         None, description="how it runs: `chosen`, as listed, on hardware that runs this compiler's kernels (the "
                           "OPTU); `pallas`, as the fused Pallas kernel the program carries (flash_attention, "
                           "tiled); `xla`, as XLA groups the program's ops when it compiles them (the kernel is "
@@ -95,7 +96,7 @@ class Estimates(_Open):
     speedup_vs_naive: float | None = Field(None, description="naive time / optimized time")
     optimized_over_bound: float | None = Field(None, description="optimized time / lower bound time: how far the "
                                                                  "returned kernels are from the floor")
-    runs_as: dict[Literal["chosen", "pallas", "xla"], int] | None = Field(
+    runs_as: dict[RunsAs, int] | None = Field(
         None, description="the per-call kernels (`kernels`) counted by how they run (see a kernel's `runs_as`): "
                           "which are realized as chosen and which are left to XLA")
     lower_bound: LowerBound = Field(description="a floor under every program this request can return (the "
